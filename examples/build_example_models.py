@@ -1,0 +1,90 @@
+"""Rebuild the example model repository: Triton's example models as ONNX graphs made with onnx.helper.
+
+Models (I/O as in Triton's docs/examples, ``shared/spec/triton-protocol-notes.md`` 4.1):
+  simple           INT32 INPUT0/INPUT1 [16] -> OUTPUT0 = sum, OUTPUT1 = difference
+  simple_int8      the same in INT8 (computed in INT32, cast back)
+  simple_string    the same on decimal strings (BYTES)
+  simple_identity  BYTES identity, variable length
+  identity_fp32    FP32 identity, variable length (bandwidth benchmarks)
+All have max_batch_size 8. Usage: python examples/build_example_models.py [REPOSITORY]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper
+
+OPSET = 21
+IR_VERSION = 10
+
+
+def _model(nodes: list[onnx.NodeProto], inputs: list[tuple[str, int, list]], outputs: list[tuple[str, int, list]]) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "main",
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="kserve_v2")
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    return model
+
+
+def add_sub(onnx_type: int, compute_type: int | None) -> onnx.ModelProto:
+    """OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1, optionally computed in ``compute_type``."""
+    nodes, a, b = [], "INPUT0", "INPUT1"
+    if compute_type is not None:
+        nodes += [helper.make_node("Cast", ["INPUT0"], ["a"], to=compute_type),
+                  helper.make_node("Cast", ["INPUT1"], ["b"], to=compute_type)]
+        a, b = "a", "b"
+    sum_name, diff_name = ("sum", "diff") if compute_type is not None else ("OUTPUT0", "OUTPUT1")
+    nodes += [helper.make_node("Add", [a, b], [sum_name]), helper.make_node("Sub", [a, b], [diff_name])]
+    if compute_type is not None:
+        nodes += [helper.make_node("Cast", ["sum"], ["OUTPUT0"], to=onnx_type),
+                  helper.make_node("Cast", ["diff"], ["OUTPUT1"], to=onnx_type)]
+    shape = [None, 16]
+    return _model(nodes, [("INPUT0", onnx_type, shape), ("INPUT1", onnx_type, shape)],
+                  [("OUTPUT0", onnx_type, shape), ("OUTPUT1", onnx_type, shape)])
+
+
+def identity(onnx_type: int) -> onnx.ModelProto:
+    """OUTPUT0 = INPUT0 with shape [batch, -1]."""
+    return _model([helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+                  [("INPUT0", onnx_type, [None, None])], [("OUTPUT0", onnx_type, [None, None])])
+
+
+def _config(name: str, config_type: str, dims: str) -> str:
+    tensors = {"simple_identity": (["INPUT0"], ["OUTPUT0"]), "identity_fp32": (["INPUT0"], ["OUTPUT0"])}
+    inputs, outputs = tensors.get(name, (["INPUT0", "INPUT1"], ["OUTPUT0", "OUTPUT1"]))
+
+    def block(names: list[str]) -> str:
+        return ",\n".join(f'  {{\n    name: "{n}"\n    data_type: {config_type}\n    dims: [ {dims} ]\n  }}' for n in names)
+
+    return (f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+            f"input [\n{block(inputs)}\n]\noutput [\n{block(outputs)}\n]\n")
+
+
+MODELS = {
+    "simple": (lambda: add_sub(TensorProto.INT32, None), "TYPE_INT32", "16"),
+    "simple_int8": (lambda: add_sub(TensorProto.INT8, TensorProto.INT32), "TYPE_INT8", "16"),
+    "simple_string": (lambda: add_sub(TensorProto.STRING, TensorProto.INT32), "TYPE_STRING", "16"),
+    "simple_identity": (lambda: identity(TensorProto.STRING), "TYPE_STRING", "-1"),
+    "identity_fp32": (lambda: identity(TensorProto.FLOAT), "TYPE_FP32", "-1"),
+}
+
+
+def build(repository: Path) -> None:
+    """Write every example model (config.pbtxt and 1/model.onnx) under ``repository``."""
+    for name, (make, config_type, dims) in MODELS.items():
+        folder = repository / name
+        (folder / "1").mkdir(parents=True, exist_ok=True)
+        onnx.save(make(), folder / "1" / "model.onnx")
+        (folder / "config.pbtxt").write_text(_config(name, config_type, dims))
+
+
+if __name__ == "__main__":
+    build(Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "model_repository"))

@@ -1,0 +1,73 @@
+"""Composition root: builds the manager, service and gRPC server, and runs their lifetime.
+
+Lifecycle (``hardening-notes.md`` pain point 7): the port opens first (live, not ready); startup
+models load; readiness turns on. On SIGTERM/SIGINT readiness turns off at once, new calls get
+UNAVAILABLE, in-flight calls get up to ``exit_timeout_secs`` to finish, models unload, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from grpc_health.v1 import health_pb2
+
+from kserve_v2.grpc.server import SERVICE_NAME, build_server
+from kserve_v2.repository.manager import ModelManager
+from kserve_v2.runtime.device import cuda_device_count
+from kserve_v2.service import InferenceService, ServerState
+from kserve_v2.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class App:
+    """One server process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        gpus = cuda_device_count()
+        log.info("execution provider: %s", f"CUDA ({gpus} GPU)" if gpus else "CPU (no usable GPU)")
+        self.state = ServerState(settings.strict_readiness)
+        self.manager = ModelManager(list(settings.model_repositories), gpus, self._on_change)
+        self.service = InferenceService(self.manager, self.state, settings.server_name, settings.model_control_mode)
+        self.server, self.health, self.grpc_port = build_server(self.service, settings)
+        self._health_update: asyncio.Task[None] | None = None
+
+    def _on_change(self) -> None:
+        self._health_update = asyncio.get_running_loop().create_task(self._publish_health())
+
+    async def _publish_health(self) -> None:
+        serving = health_pb2.HealthCheckResponse.SERVING if self.service.is_ready() else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, serving)
+
+    async def run(self) -> int:
+        """Serve until SIGTERM or SIGINT; returns the exit code."""
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await self._publish_health()
+        await self.server.start()
+        log.info("gRPC server listening on %s:%d", self.settings.grpc_address, self.grpc_port)
+        startup = loop.create_task(self._start_models())
+        await stop.wait()
+        log.info("shutting down: readiness off, waiting up to %d s for in-flight requests", self.settings.exit_timeout_secs)
+        self.state.draining = True
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace=self.settings.exit_timeout_secs)
+        startup.cancel()
+        await self.manager.close()
+        log.info("server stopped")
+        return 0
+
+    async def _start_models(self) -> None:
+        await self.manager.load_startup_models()
+        self.state.started = True
+        await self._publish_health()
+        if self.service.is_ready():
+            log.info("server is ready")
+        else:
+            log.warning("server is live but not ready: a startup model failed to load (see RepositoryIndex)")

@@ -1,0 +1,121 @@
+"""Command line: ``kserve-v2 serve --model-repository DIR [...]``.
+
+Flag names are Triton's where Triton has one. Every flag can also come from an environment
+variable ``KSERVE_V2_<FLAG>`` (``--grpc-port`` -> ``KSERVE_V2_GRPC_PORT``); a flag given on
+the command line wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from kserve_v2 import __version__
+from kserve_v2.settings import Settings
+
+ENV_PREFIX = "KSERVE_V2_"
+CONTROL_MODES = ("none",)
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def _env(flag: str, default: object) -> object:
+    return os.environ.get(ENV_PREFIX + flag.upper().replace("-", "_"), default)
+
+
+def _parser() -> argparse.ArgumentParser:
+    defaults = Settings(model_repositories=())
+    parser = argparse.ArgumentParser(prog="kserve-v2", description="KServe V2 / Triton-compatible inference server.")
+    parser.add_argument("--version", action="version", version=f"kserve-v2 {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve",
+        help="serve a model repository over gRPC",
+        description="Serve a Triton-style model repository over the KServe V2 gRPC protocol. "
+        f"Every flag can also be set with an environment variable {ENV_PREFIX}<FLAG>, e.g. {ENV_PREFIX}GRPC_PORT.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+
+    def flag(name: str, default: object, help_text: str, **kwargs: object) -> None:
+        serve.add_argument(f"--{name}", default=_env(name, default), help=help_text, **kwargs)  # type: ignore[arg-type]
+
+    repos = os.environ.get(ENV_PREFIX + "MODEL_REPOSITORY")
+    serve.add_argument(
+        "--model-repository", action="append", type=Path, default=None, metavar="DIR",
+        help="model repository folder: <DIR>/<model>/[config.pbtxt] <version>/model.onnx; repeat for several "
+        f"(env {ENV_PREFIX}MODEL_REPOSITORY, ':'-separated)" + (f" [env: {repos}]" if repos else ""),
+    )
+    flag("grpc-address", defaults.grpc_address, "address the gRPC server binds")
+    flag("grpc-port", defaults.grpc_port, "gRPC port (0 picks a free one and logs it)", type=int)
+    flag("server-name", defaults.server_name, "name in ServerMetadata; use 'triton' for clients that check it")
+    flag("model-control-mode", defaults.model_control_mode,
+         "'none': load every model at start; load and unload RPCs answer UNAVAILABLE", choices=CONTROL_MODES)
+    flag("strict-readiness", defaults.strict_readiness,
+         "ready only when every startup model is READY (false: ready once startup ends)", type=_bool)
+    flag("exit-timeout-secs", defaults.exit_timeout_secs,
+         "on SIGTERM/SIGINT, seconds in-flight requests get to finish before exit", type=int)
+    flag("log-verbose", defaults.log_verbose, "verbose logging level (0 = info)", type=int)
+    flag("grpc-keepalive-time", defaults.grpc_keepalive_time, "ms between server keepalive pings", type=int)
+    flag("grpc-keepalive-timeout", defaults.grpc_keepalive_timeout, "ms to wait for a keepalive ping ack", type=int)
+    flag("grpc-keepalive-permit-without-calls", defaults.grpc_keepalive_permit_without_calls,
+         "allow keepalive pings on connections with no call in flight", type=_bool)
+    flag("grpc-http2-max-pings-without-data", defaults.grpc_http2_max_pings_without_data,
+         "pings the server sends without data before it must wait for data", type=int)
+    flag("grpc-http2-min-recv-ping-interval-without-data", defaults.grpc_http2_min_recv_ping_interval_without_data,
+         "minimum ms between client pings without data before they count as strikes", type=int)
+    flag("grpc-http2-max-ping-strikes", defaults.grpc_http2_max_ping_strikes,
+         "bad pings tolerated before the connection is closed (0 = unlimited)", type=int)
+    return parser
+
+
+def parse_settings(argv: Sequence[str]) -> Settings:
+    """Turn ``serve`` arguments (and environment variables) into Settings; exits with usage on error."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    repositories = args.model_repository
+    if repositories is None and os.environ.get(ENV_PREFIX + "MODEL_REPOSITORY"):
+        repositories = [Path(p) for p in os.environ[ENV_PREFIX + "MODEL_REPOSITORY"].split(":") if p]
+    if not repositories:
+        parser.error("--model-repository is required")
+    for repo in repositories:
+        if not repo.is_dir():
+            parser.error(f"model repository '{repo}' is not a directory")
+    # argparse converts string defaults (environment values) with `type`, but checks no choices there.
+    if args.model_control_mode not in CONTROL_MODES:
+        parser.error(f"--model-control-mode must be one of {CONTROL_MODES}, got '{args.model_control_mode}'")
+    values = {k: v for k, v in vars(args).items() if k not in ("command", "model_repository")}
+    return Settings(model_repositories=tuple(repositories), **values)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``kserve-v2`` command; returns the exit code."""
+    settings = parse_settings(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=logging.DEBUG if settings.log_verbose > 0 else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    return asyncio.run(_serve(settings))
+
+
+async def _serve(settings: Settings) -> int:
+    from kserve_v2.app import App  # after logging is configured; grpc.aio needs the running loop
+
+    try:
+        app = App(settings)
+    except RuntimeError as err:
+        logging.getLogger("kserve_v2").error("cannot start: %s", err)
+        return 1
+    return await app.run()

@@ -1,0 +1,62 @@
+"""Transport-neutral errors.
+
+Every error the server reports is a ``ServerError`` carrying an ``ErrorCode``; the gRPC layer
+(``kserve_v2.grpc.status``) maps each code to a ``grpc.StatusCode`` with one table, following
+Triton's mapping (``shared/spec/hardening-notes.md`` section 4). Messages follow Triton's texts
+where tritonclient users or Triton's examples check them. This module imports no transport.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import ClassVar
+
+
+class ErrorCode(enum.Enum):
+    """The error classes of the V2 protocol, named after the gRPC codes they map to."""
+
+    INVALID_ARGUMENT = "invalid_argument"
+    NOT_FOUND = "not_found"
+    UNAVAILABLE = "unavailable"
+    UNIMPLEMENTED = "unimplemented"
+    RESOURCE_EXHAUSTED = "resource_exhausted"
+    ALREADY_EXISTS = "already_exists"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    CANCELLED = "cancelled"
+    INTERNAL = "internal"
+
+
+class ServerError(Exception):
+    """Base of every error reported to a client; ``str(err)`` is the client-visible message."""
+
+    code: ClassVar[ErrorCode] = ErrorCode.INTERNAL
+
+
+class InvalidInput(ServerError):
+    """Malformed request: shape, datatype, size, names, parameters (INVALID_ARGUMENT / 400)."""
+
+    code = ErrorCode.INVALID_ARGUMENT
+
+
+class NotFound(ServerError):
+    """Unknown model or version (NOT_FOUND / 404)."""
+
+    code = ErrorCode.NOT_FOUND
+
+
+class Unavailable(ServerError):
+    """Model not ready, control mode forbids the call, or server exiting (UNAVAILABLE / 503)."""
+
+    code = ErrorCode.UNAVAILABLE
+
+
+class Unsupported(ServerError):
+    """A feature this server does not provide (UNIMPLEMENTED / 501)."""
+
+    code = ErrorCode.UNIMPLEMENTED
+
+
+class InternalError(ServerError):
+    """Execution or load failure inside the server (INTERNAL / 500)."""
+
+    code = ErrorCode.INTERNAL

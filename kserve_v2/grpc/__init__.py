@@ -1,0 +1,1 @@
+"""The gRPC front end: status mapping, servicer, server construction."""

@@ -1,0 +1,145 @@
+"""GRPCInferenceService servicer: pure delegation to ``InferenceService``.
+
+Each RPC calls one service method; errors are turned into a gRPC status in one place
+(``status.abort``). ModelStreamInfer sends one ModelStreamInferResponse per request, echoing
+the request ``id``; a failed request is reported in ``error_message`` and the stream stays open
+(``triton-protocol-notes.md`` 2.1, Streaming).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+
+from kserve_v2._proto import grpc_service_pb2 as pb
+from kserve_v2._proto import grpc_service_pb2_grpc as pb_grpc
+from kserve_v2.grpc.status import abort, describe
+from kserve_v2.service import InferenceService
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+# Requests of one stream executed at once; further requests wait to be read (backpressure).
+STREAM_WINDOW = 64
+
+
+async def _call(context: grpc.aio.ServicerContext, method: Callable[[Req], Resp | Awaitable[Resp]], request: Req) -> Resp:
+    try:
+        result = method(request)
+        return await result if asyncio.iscoroutine(result) else result  # type: ignore[return-value]
+    except Exception as err:  # noqa: BLE001 - every failure becomes a status
+        await abort(context, err)
+
+
+class Servicer(pb_grpc.GRPCInferenceServiceServicer):
+    """The 20 RPCs of Triton's GRPCInferenceService."""
+
+    def __init__(self, service: InferenceService) -> None:
+        self._service = service
+
+    async def ServerLive(self, request, context):
+        return await _call(context, self._service.server_live, request)
+
+    async def ServerReady(self, request, context):
+        return await _call(context, self._service.server_ready, request)
+
+    async def ModelReady(self, request, context):
+        return await _call(context, self._service.model_ready, request)
+
+    async def ServerMetadata(self, request, context):
+        return await _call(context, self._service.server_metadata, request)
+
+    async def ModelMetadata(self, request, context):
+        return await _call(context, self._service.model_metadata, request)
+
+    async def ModelInfer(self, request, context):
+        return await _call(context, self._service.model_infer, request)
+
+    async def ModelConfig(self, request, context):
+        return await _call(context, self._service.model_config, request)
+
+    async def ModelStatistics(self, request, context):
+        return await _call(context, self._service.model_statistics, request)
+
+    async def RepositoryIndex(self, request, context):
+        return await _call(context, self._service.repository_index, request)
+
+    async def RepositoryModelLoad(self, request, context):
+        return await _call(context, self._service.repository_model_load, request)
+
+    async def RepositoryModelUnload(self, request, context):
+        return await _call(context, self._service.repository_model_unload, request)
+
+    async def SystemSharedMemoryStatus(self, request, context):
+        return await _call(context, lambda _: self._service.unsupported("system shared memory"), request)
+
+    async def SystemSharedMemoryRegister(self, request, context):
+        return await _call(context, lambda _: self._service.unsupported("system shared memory"), request)
+
+    async def SystemSharedMemoryUnregister(self, request, context):
+        await _call(context, lambda r: self._service.shared_memory_unregister(r.name), request)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryStatus(self, request, context):
+        return await _call(context, lambda _: self._service.unsupported("CUDA shared memory"), request)
+
+    async def CudaSharedMemoryRegister(self, request, context):
+        return await _call(context, lambda _: self._service.unsupported("CUDA shared memory"), request)
+
+    async def CudaSharedMemoryUnregister(self, request, context):
+        await _call(context, lambda r: self._service.shared_memory_unregister(r.name), request)
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    async def TraceSetting(self, request, context):
+        return await _call(context, lambda _: self._service.unsupported("trace settings"), request)
+
+    async def LogSettings(self, request, context):
+        return await _call(context, lambda _: self._service.unsupported("log settings"), request)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Run a stream's requests concurrently (up to STREAM_WINDOW) and send each result as it completes."""
+        done: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        window = asyncio.Semaphore(STREAM_WINDOW)
+        running: set[asyncio.Task[None]] = set()
+
+        async def one(request: pb.ModelInferRequest) -> None:
+            try:
+                response = pb.ModelStreamInferResponse(infer_response=await self._service.model_infer(request))
+            except Exception as err:  # noqa: BLE001 - reported in-stream
+                _, message = describe(err)
+                response = pb.ModelStreamInferResponse(
+                    error_message=message,
+                    infer_response=pb.ModelInferResponse(
+                        id=request.id, model_name=request.model_name, model_version=request.model_version
+                    ),
+                )
+            finally:
+                window.release()
+            done.put_nowait(response)
+
+        async def read() -> None:
+            try:
+                async for request in request_iterator:
+                    await window.acquire()
+                    task = asyncio.create_task(one(request))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                if running:
+                    await asyncio.gather(*running)
+            finally:
+                done.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (response := await done.get()) is not None:
+                yield response
+            await reader
+        finally:
+            reader.cancel()
+            for task in list(running):
+                task.cancel()

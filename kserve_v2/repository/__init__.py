@@ -1,0 +1,1 @@
+"""The model repository: layout, configuration, and the model lifecycle."""

@@ -1,0 +1,173 @@
+"""config.pbtxt: parse, auto-complete from the ONNX graph, and validate.
+
+Follows Triton (``model_configuration.md``, onnxruntime backend): ``config.pbtxt`` is optional;
+``name`` defaults to the folder name; missing inputs and outputs come from the ONNX graph;
+``max_batch_size`` becomes 4 when the config declares no tensors and every graph tensor has a
+dynamic first dim; ``instance_group`` defaults to one instance per GPU, or two CPU instances.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from google.protobuf import json_format, text_format
+
+from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.runtime.onnx import OnnxTensor
+
+CONFIG_FILE = "config.pbtxt"
+PLATFORM = "onnxruntime_onnx"
+BACKEND = "onnxruntime"
+DEFAULT_MODEL_FILENAME = "model.onnx"
+DEFAULT_MAX_BATCH_SIZE = 4
+DEFAULT_CPU_INSTANCES = 2
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be served; the message becomes the load failure reason."""
+
+
+def read_config(model_dir: Path, name: str, override_json: str | None = None) -> mc.ModelConfig:
+    """Read ``config.pbtxt`` (or a JSON override, protobuf JSON as Triton's load API takes).
+
+    Raises:
+        ConfigError: unparsable text or JSON, or a ``name`` that differs from the folder.
+    """
+    config = mc.ModelConfig()
+    path = model_dir / CONFIG_FILE
+    try:
+        if override_json is not None:
+            json_format.Parse(override_json, config)
+        elif path.is_file():
+            text_format.Parse(path.read_text(encoding="utf-8"), config)
+    except (text_format.ParseError, json_format.ParseError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"failed to parse model configuration: {err}") from None
+    if config.name and config.name != name:
+        raise ConfigError(f"model name '{config.name}' in the configuration does not match the folder name '{name}'")
+    config.name = name
+    if not config.platform and not config.backend:
+        config.platform, config.backend = PLATFORM, BACKEND
+    if config.platform not in ("", PLATFORM) or config.backend not in ("", BACKEND):
+        raise ConfigError(
+            f"unsupported platform '{config.platform}' / backend '{config.backend}': "
+            f"this server runs '{PLATFORM}' models"
+        )
+    config.platform, config.backend = PLATFORM, BACKEND
+    if config.max_batch_size < 0:
+        raise ConfigError("max_batch_size must be >= 0")
+    return config
+
+
+def model_file(model_dir: Path, version: int, config: mc.ModelConfig) -> Path:
+    """The ONNX file of a version: ``default_model_filename`` (a file, or a folder holding model.onnx)."""
+    path = model_dir / str(version) / (config.default_model_filename or DEFAULT_MODEL_FILENAME)
+    return path / DEFAULT_MODEL_FILENAME if path.is_dir() else path
+
+
+def complete_instances(config: mc.ModelConfig, gpus: int) -> None:
+    """Default the version policy and instance groups (in place): one instance per GPU, else two CPU ones."""
+    if not config.HasField("version_policy"):
+        config.version_policy.latest.num_versions = 1
+    if not config.instance_group:
+        config.instance_group.add()
+    for index, group in enumerate(config.instance_group):
+        if group.kind == mc.ModelInstanceGroup.KIND_AUTO:
+            group.kind = mc.ModelInstanceGroup.KIND_GPU if gpus else mc.ModelInstanceGroup.KIND_CPU
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU and not group.gpus:
+            group.gpus.extend(range(gpus))
+        if group.count < 1:
+            group.count = 1 if group.kind == mc.ModelInstanceGroup.KIND_GPU else DEFAULT_CPU_INSTANCES
+        if not group.name:
+            group.name = f"{config.name}_{index}"
+
+
+def complete_tensors(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequence[OnnxTensor]) -> None:
+    """Fill max_batch_size, inputs and outputs the configuration leaves out, from the graph (in place)."""
+    if not config.input and not config.output and config.max_batch_size == 0 and _batchable(inputs, outputs):
+        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
+    skip = 1 if config.max_batch_size > 0 else 0
+    _complete_tensors(config.input, inputs, skip, add_missing=True)
+    _complete_tensors(config.output, outputs, skip, add_missing=not config.output)
+
+
+def validate(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequence[OnnxTensor], gpus: int) -> None:
+    """Check a completed configuration against the ONNX graph and the host.
+
+    Raises:
+        ConfigError: unknown tensor names, datatype or rank mismatches, batching on a graph
+            without a dynamic first dim, a required graph input missing, GPU instances
+            without a GPU, or an unsupported scheduler.
+    """
+    batching = config.max_batch_size > 0
+    _validate_tensors("input", config.input, inputs, batching)
+    _validate_tensors("output", config.output, outputs, batching)
+    declared = {i.name for i in config.input}
+    missing = [t.name for t in inputs if t.name not in declared]
+    if missing:
+        raise ConfigError(f"model inputs {missing} are not in the configuration")
+    for group in config.instance_group:
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU and (not gpus or any(g >= gpus for g in group.gpus)):
+            raise ConfigError(f"instance group '{group.name}' asks for GPUs {list(group.gpus)} but {gpus} are available")
+        if group.kind == mc.ModelInstanceGroup.KIND_MODEL:
+            raise ConfigError("instance group kind KIND_MODEL is not supported by the onnxruntime backend")
+    if config.HasField("sequence_batching") or config.HasField("ensemble_scheduling"):
+        raise ConfigError("sequence batching and ensembles are not supported")
+
+
+def _batchable(inputs: Sequence[OnnxTensor], outputs: Sequence[OnnxTensor]) -> bool:
+    tensors = list(inputs) + list(outputs)
+    return bool(tensors) and all(t.shape and t.shape[0] == -1 for t in tensors)
+
+
+def _complete_tensors(declared: Sequence[mc.ModelInput] | Sequence[mc.ModelOutput], graph: Sequence[OnnxTensor], skip: int, add_missing: bool) -> None:
+    by_name = {t.name: t for t in graph}
+    for tensor in declared:
+        found = by_name.get(tensor.name)
+        if found is None:
+            continue
+        if tensor.data_type == mc.TYPE_INVALID:
+            tensor.data_type = mc.DataType.Value(found.dtype.config)
+        if not tensor.dims and not tensor.HasField("reshape"):
+            tensor.dims.extend(found.shape[skip:])
+    if add_missing:
+        names = {t.name for t in declared}
+        for found in graph:
+            if found.name not in names:
+                tensor = declared.add()  # type: ignore[attr-defined]
+                tensor.name = found.name
+                tensor.data_type = mc.DataType.Value(found.dtype.config)
+                tensor.dims.extend(found.shape[skip:])
+
+
+def _validate_tensors(kind: str, declared: Sequence[mc.ModelInput] | Sequence[mc.ModelOutput], graph: Sequence[OnnxTensor], batching: bool) -> None:
+    by_name = {t.name: t for t in graph}
+    seen: set[str] = set()
+    for tensor in declared:
+        if tensor.name in seen:
+            raise ConfigError(f"{kind} '{tensor.name}' is declared twice")
+        seen.add(tensor.name)
+        found = by_name.get(tensor.name)
+        if found is None:
+            raise ConfigError(f"unexpected {kind} '{tensor.name}': the model has {sorted(by_name)}")
+        expected = mc.DataType.Name(tensor.data_type)
+        if expected != found.dtype.config:
+            raise ConfigError(f"{kind} '{tensor.name}' is {expected} in the configuration but {found.dtype.config} in the model")
+        if any(d < -1 for d in tensor.dims):
+            raise ConfigError(f"{kind} '{tensor.name}' has an invalid dim in {list(tensor.dims)}")
+        shape = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
+        model_shape = list(found.shape)
+        if batching:
+            if not model_shape or model_shape[0] != -1:
+                raise ConfigError(
+                    f"{kind} '{tensor.name}' has no dynamic first dim in the model, so max_batch_size must be 0"
+                )
+            model_shape = model_shape[1:]
+        if found.shape and (len(shape) != len(model_shape) or any(
+            m != -1 and s != -1 and m != s for m, s in zip(model_shape, shape)
+        )):
+            raise ConfigError(
+                f"{kind} '{tensor.name}' has dims {shape}{' (after the batch dim)' if batching else ''} "
+                f"in the configuration but {model_shape} in the model"
+            )

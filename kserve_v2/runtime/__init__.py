@@ -1,0 +1,1 @@
+"""Model runtimes: ONNX Runtime sessions and device detection."""

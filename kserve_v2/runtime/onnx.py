@@ -1,0 +1,161 @@
+"""ONNX Runtime sessions: creation from config parameters, and one blocking ``run``.
+
+Session options follow Triton's onnxruntime backend (``config.pbtxt`` ``parameters`` and
+``optimization.graph.level``); the execution provider follows ``instance_group`` kind. ``run``
+blocks and must be called off the event loop.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from kserve_v2 import datatypes
+from kserve_v2.datatypes import BF16, BYTES, DType
+from kserve_v2.errors import InvalidInput
+from kserve_v2.runtime.device import CPU_EP, CUDA_EP
+
+_GRAPH_LEVELS = {
+    -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+}
+_BF16_ONNX_ELEMENT_TYPE = 16
+
+
+@dataclass(frozen=True, slots=True)
+class OnnxTensor:
+    """An ONNX graph input or output: name, datatype, shape (-1 for symbolic dims)."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+
+
+def session_options(parameters: Mapping[str, str], graph_level: int) -> ort.SessionOptions:
+    """Build ORT session options from config parameters (Triton's onnxruntime backend names).
+
+    Recognised: ``intra_op_thread_count``, ``inter_op_thread_count``, ``execution_mode``
+    (0 sequential, 1 parallel), ``enable_mem_arena``, ``enable_mem_pattern``; others are
+    ignored, as Triton does. ``graph_level``: -1 basic, 1 extended, else all.
+
+    Raises:
+        ValueError: a recognised parameter with a non-integer value.
+    """
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = _GRAPH_LEVELS.get(graph_level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    if "intra_op_thread_count" in parameters:
+        options.intra_op_num_threads = int(parameters["intra_op_thread_count"])
+    if "inter_op_thread_count" in parameters:
+        options.inter_op_num_threads = int(parameters["inter_op_thread_count"])
+    if int(parameters.get("execution_mode", "0")) == 1:
+        options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    options.enable_cpu_mem_arena = bool(int(parameters.get("enable_mem_arena", "1")))
+    options.enable_mem_pattern = bool(int(parameters.get("enable_mem_pattern", "1")))
+    # A spinning intra-op pool steals the cores the gRPC front end needs between requests.
+    options.add_session_config_entry("session.intra_op.allow_spinning", parameters.get("allow_spinning", "0"))
+    return options
+
+
+class OnnxSession:
+    """One ORT InferenceSession and how to feed it.
+
+    Thread-safe: ORT allows concurrent ``run`` calls on one session, which is how an instance
+    group's ``count`` concurrent executions share it.
+    """
+
+    def __init__(self, model_path: Path, options: ort.SessionOptions, use_cuda: bool, device_id: int = 0) -> None:
+        """Load the model.
+
+        Raises:
+            Exception: whatever ORT raises for an unreadable or invalid model (reported by the
+                caller as the load failure reason).
+        """
+        providers: list[str | tuple[str, dict[str, str]]] = [CPU_EP]
+        if use_cuda:
+            providers.insert(0, (CUDA_EP, {"device_id": str(device_id)}))
+        self._session = ort.InferenceSession(str(model_path), options, providers=providers)
+        self.on_cuda = self._session.get_providers()[0] == CUDA_EP
+        self.inputs = tuple(_tensor(t) for t in self._session.get_inputs())
+        self.outputs = tuple(_tensor(t) for t in self._session.get_outputs())
+        self._has_bf16 = any(t.dtype is BF16 for t in self.inputs + self.outputs)
+        self._string_inputs = {t.name for t in self.inputs if t.dtype is BYTES}
+
+    def run(self, feeds: dict[str, np.ndarray], output_names: Sequence[str]) -> list[np.ndarray]:
+        """Execute the model (blocking).
+
+        Args:
+            feeds: input name -> array already in the model's shape and dtype; BYTES inputs are
+                object arrays of ``bytes`` (ORT string tensors carry UTF-8 text).
+            output_names: outputs to compute, in the order to return them.
+
+        Returns:
+            One array per name; BYTES outputs as object arrays of ``str``, BF16 as
+            ``ml_dtypes.bfloat16``.
+
+        Raises:
+            InvalidInput: a BYTES element that is not valid UTF-8 -> INVALID_ARGUMENT.
+            Exception: ORT execution errors (reported as INTERNAL by the caller).
+        """
+        for name in self._string_inputs.intersection(feeds):
+            feeds[name] = _as_text(feeds[name], name)
+        if self._has_bf16:
+            return self._run_ort_values(feeds, output_names)
+        if self.on_cuda:
+            return self._run_io_binding(feeds, output_names)
+        return self._session.run(list(output_names), feeds)
+
+    def _run_io_binding(self, feeds: dict[str, np.ndarray], output_names: Sequence[str]) -> list[np.ndarray]:
+        binding = self._session.io_binding()
+        for name, array in feeds.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(array))
+        for name in output_names:
+            binding.bind_output(name, "cpu")
+        self._session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()
+
+    def _run_ort_values(self, feeds: dict[str, np.ndarray], output_names: Sequence[str]) -> list[np.ndarray]:
+        values = {}
+        for name, array in feeds.items():
+            array = np.ascontiguousarray(array)
+            if array.dtype == BF16.numpy:
+                values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                    array.view(np.uint16), onnx_element_type=_BF16_ONNX_ELEMENT_TYPE
+                )
+            else:
+                values[name] = ort.OrtValue.ortvalue_from_numpy(array)
+        results = self._session.run_with_ort_values(list(output_names), values)
+        return [_from_ort_value(value) for value in results]
+
+
+def _tensor(arg: ort.NodeArg) -> OnnxTensor:
+    dtype = datatypes.BY_ONNX.get(arg.type)
+    if dtype is None:
+        raise ValueError(f"tensor '{arg.name}' has type {arg.type}, which the V2 protocol cannot carry")
+    shape = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (arg.shape or []))
+    return OnnxTensor(arg.name, dtype, shape)
+
+
+def _as_text(array: np.ndarray, name: str) -> np.ndarray:
+    text = np.empty(array.shape, dtype=object)
+    flat_in, flat_out = array.reshape(-1), text.reshape(-1)
+    for i, item in enumerate(flat_in):
+        try:
+            flat_out[i] = item.decode("utf-8") if isinstance(item, bytes) else str(item)
+        except UnicodeDecodeError:
+            raise InvalidInput(
+                f"element {i} of BYTES input '{name}' is not valid UTF-8; ONNX Runtime string tensors carry UTF-8 text"
+            ) from None
+    return text
+
+
+def _from_ort_value(value: ort.OrtValue) -> np.ndarray:
+    if value.data_type() != "tensor(bfloat16)":
+        return value.numpy()
+    raw = ctypes.string_at(value.data_ptr(), value.tensor_size_in_bytes())
+    return np.frombuffer(raw, dtype=BF16.numpy).reshape(value.shape())

@@ -1,0 +1,191 @@
+"""InferenceService: protobuf in, protobuf out, for every V2 RPC. The one request path.
+
+The gRPC servicer delegates here method by method; the REST and semantic front ends will
+transcode into the same calls. Nothing here imports a transport.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kserve_v2 import __version__
+from kserve_v2._proto import grpc_service_pb2 as pb
+from kserve_v2.errors import InternalError, ServerError, Unavailable, Unsupported
+from kserve_v2.inference import decode_request, encode_response
+from kserve_v2.model import ModelVersion
+from kserve_v2.repository.manager import ModelManager
+
+# Extensions this server implements (Triton's names, ServerMetadata.extensions).
+EXTENSIONS = ("model_repository", "model_configuration", "statistics")
+
+
+class ServerState:
+    """Readiness inputs: startup finished, draining, strict readiness (Triton's rules).
+
+    Ready means: startup loading finished, not draining, and, with strict readiness, every
+    model loaded at startup is READY (``hardening-notes.md`` "ServerReady in Triton").
+    """
+
+    def __init__(self, strict_readiness: bool) -> None:
+        self.strict_readiness = strict_readiness
+        self.started = False
+        self.draining = False
+
+
+class InferenceService:
+    """Every RPC of GRPCInferenceService as a transport-free coroutine or function.
+
+    Args:
+        manager: the model lifecycle.
+        state: readiness inputs.
+        server_name: ServerMetadata name (``triton`` for clients that check it).
+        control_mode: model control mode; only ``none`` so far, which refuses load/unload.
+    """
+
+    def __init__(self, manager: ModelManager, state: ServerState, server_name: str, control_mode: str) -> None:
+        self._manager = manager
+        self._state = state
+        self._server_name = server_name
+        self._control_mode = control_mode
+
+    # ---- health and metadata -------------------------------------------------------------
+
+    def is_ready(self) -> bool:
+        """ServerReady and the grpc.health.v1 status."""
+        state = self._state
+        if not state.started or state.draining:
+            return False
+        return self._manager.startup_models_ready() or not state.strict_readiness
+
+    def server_live(self, _: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    def server_ready(self, _: pb.ServerReadyRequest) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.is_ready())
+
+    def model_ready(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=self._manager.is_ready(request.name, request.version))
+
+    def server_metadata(self, _: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(name=self._server_name, version=__version__, extensions=EXTENSIONS)
+
+    def model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
+        """Name, versions (the requested one, or every READY one), platform and tensors.
+
+        Raises:
+            NotFound / Unavailable / InvalidInput: as ``ModelManager.resolve``.
+        """
+        model = self._manager.resolve(request.name, request.version)
+        versions = [model] if request.version else self._manager.ready_versions(request.name)
+        spec = model.spec
+        response = pb.ModelMetadataResponse(
+            name=spec.name, versions=[str(v.version) for v in versions], platform=model.config.platform
+        )
+        for tensors, out in ((spec.inputs, response.inputs), (spec.outputs, response.outputs)):
+            for tensor in tensors:
+                out.add(name=tensor.name, datatype=tensor.dtype.v2, shape=spec.api_shape(tensor))
+        return response
+
+    def model_config(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
+        """The completed configuration of a READY version.
+
+        Raises:
+            NotFound / Unavailable / InvalidInput: as ``ModelManager.resolve``.
+        """
+        return pb.ModelConfigResponse(config=self._manager.resolve(request.name, request.version).config)
+
+    def model_statistics(self, request: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
+        """Statistics of every READY version of every model, of one model, or of one version.
+
+        Raises:
+            NotFound / Unavailable / InvalidInput: an unknown model or version.
+        """
+        if not request.name:
+            models = list(self._manager.all_ready_versions())
+        elif request.version:
+            models = [self._manager.resolve(request.name, request.version)]
+        else:
+            models = self._manager.ready_versions(request.name)
+        return pb.ModelStatisticsResponse(model_stats=[m.stats.to_pb(m.name, m.version) for m in models])
+
+    # ---- inference -----------------------------------------------------------------------
+
+    async def model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        """Run one inference request.
+
+        Raises:
+            Unavailable: server exiting or version not ready -> UNAVAILABLE.
+            NotFound: unknown model or version -> NOT_FOUND.
+            InvalidInput: any request check (see ``inference.decode_request``) -> INVALID_ARGUMENT.
+            InternalError: ONNX Runtime failed to execute -> INTERNAL.
+        """
+        if self._state.draining:
+            raise Unavailable("Server exiting: it has stopped accepting new requests")
+        with self._manager.acquire(request.model_name, request.model_version) as model:
+            return await self._run(request, model)
+
+    async def _run(self, request: pb.ModelInferRequest, model: ModelVersion) -> pb.ModelInferResponse:
+        started = time.perf_counter_ns()
+        try:
+            decoded = decode_request(request, model.spec)
+            decoded_at = time.perf_counter_ns()
+            try:
+                arrays, queue_ns, infer_ns = await model.run(decoded.feeds, [t.name for t in decoded.outputs])
+            except ServerError:
+                raise
+            except Exception as err:
+                raise InternalError(f"onnxruntime execution failed for model '{model.name}': {err}") from err
+            ran_at = time.perf_counter_ns()
+            response = encode_response(request, model.spec, model.version, decoded.outputs, arrays)
+        except BaseException:
+            model.stats.record_failure(time.perf_counter_ns() - started)
+            raise
+        finished = time.perf_counter_ns()
+        model.stats.record_success(
+            decoded.batch_size, finished - started, queue_ns, decoded_at - started, infer_ns, finished - ran_at
+        )
+        return response
+
+    # ---- model repository ----------------------------------------------------------------
+
+    def repository_index(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
+        """Every model folder with its versions' states and reasons (``ready`` filters)."""
+        response = pb.RepositoryIndexResponse()
+        for row in self._manager.index(request.ready):
+            response.models.add(name=row.name, version=row.version, state=row.state, reason=row.reason)
+        return response
+
+    async def repository_model_load(self, request: pb.RepositoryModelLoadRequest) -> pb.RepositoryModelLoadResponse:
+        """Load or reload a model; refused unless the control mode is explicit.
+
+        Raises:
+            Unavailable: control mode ``none`` (Triton's answer) -> UNAVAILABLE.
+        """
+        raise Unavailable(self._control_mode_refusal())
+
+    async def repository_model_unload(self, request: pb.RepositoryModelUnloadRequest) -> pb.RepositoryModelUnloadResponse:
+        """Unload a model; refused unless the control mode is explicit.
+
+        Raises:
+            Unavailable: control mode ``none`` (Triton's answer) -> UNAVAILABLE.
+        """
+        raise Unavailable(self._control_mode_refusal())
+
+    def _control_mode_refusal(self) -> str:
+        return f"explicit model load / unload is not allowed if model control mode is '{self._control_mode}'"
+
+    # ---- extensions not provided yet -------------------------------------------------------
+
+    def shared_memory_unregister(self, name: str) -> None:
+        """Unregister-all (empty name) succeeds, as clients call it on start; anything else is unsupported.
+
+        Raises:
+            Unsupported: a named region (none can be registered) -> UNIMPLEMENTED.
+        """
+        if name:
+            raise Unsupported("shared memory is not supported by this server")
+
+    def unsupported(self, feature: str) -> None:
+        """Raise UNIMPLEMENTED for an extension this server does not provide."""
+        raise Unsupported(f"{feature} is not supported by this server")
+

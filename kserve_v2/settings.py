@@ -1,0 +1,29 @@
+"""Server settings: pure, frozen data. Defaults and names follow Triton's command line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the server needs to start.
+
+    Times are in milliseconds unless the name says secs; ports are TCP ports (0 = any free one).
+    """
+
+    model_repositories: tuple[Path, ...]
+    grpc_address: str = "0.0.0.0"
+    grpc_port: int = 8001
+    server_name: str = "kserve_v2"
+    model_control_mode: str = "none"
+    strict_readiness: bool = True
+    exit_timeout_secs: int = 30
+    log_verbose: int = 0
+    grpc_keepalive_time: int = 7_200_000
+    grpc_keepalive_timeout: int = 20_000
+    grpc_keepalive_permit_without_calls: bool = False
+    grpc_http2_max_pings_without_data: int = 2
+    grpc_http2_min_recv_ping_interval_without_data: int = 300_000
+    grpc_http2_max_ping_strikes: int = 2

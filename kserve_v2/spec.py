@@ -1,0 +1,100 @@
+"""A model's tensor interface, derived once from its ModelConfig.
+
+``ModelSpec`` is what request validation and ModelMetadata read: names, datatypes, dims,
+reshape and ``max_batch_size``. With ``max_batch_size > 0`` the first dim of every input and
+output is the batch dim and is not listed in ``dims`` (Triton ``model_configuration.md``);
+metadata then shows it as -1 (Triton ``tritonserver.cc``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from kserve_v2 import datatypes
+from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.datatypes import DType
+from kserve_v2.errors import InvalidInput
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One configured input or output.
+
+    Attributes:
+        name: tensor name, equal to the ONNX graph's name.
+        dtype: row of the datatype table.
+        dims: configured dims without the batch dim; -1 is a wildcard.
+        reshape: the shape the model sees (without batch dim), or None when equal to ``dims``.
+        optional: an input the request may omit.
+    """
+
+    name: str
+    dtype: DType
+    dims: tuple[int, ...]
+    reshape: tuple[int, ...] | None
+    optional: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """The validated tensor interface of one model (all versions share it)."""
+
+    name: str
+    max_batch_size: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    @classmethod
+    def from_config(cls, config: mc.ModelConfig) -> ModelSpec:
+        """Build the spec; the config must already be auto-completed and validated."""
+        inputs = tuple(
+            TensorSpec(
+                i.name,
+                _dtype(i.data_type),
+                tuple(i.dims),
+                tuple(i.reshape.shape) if i.HasField("reshape") else None,
+                i.optional,
+            )
+            for i in config.input
+        )
+        outputs = tuple(
+            TensorSpec(
+                o.name,
+                _dtype(o.data_type),
+                tuple(o.dims),
+                tuple(o.reshape.shape) if o.HasField("reshape") else None,
+            )
+            for o in config.output
+        )
+        return cls(config.name, config.max_batch_size, inputs, outputs)
+
+    def api_shape(self, tensor: TensorSpec) -> list[int]:
+        """Shape shown in ModelMetadata: ``dims`` with -1 prepended when batching."""
+        return ([-1] if self.max_batch_size > 0 else []) + list(tensor.dims)
+
+    def check_shape(self, tensor: TensorSpec, shape: list[int]) -> None:
+        """Check a request input shape against the configured dims and batch limit.
+
+        Raises:
+            InvalidInput: wrong rank, a dim differing from a fixed configured dim, or a
+                batch size above ``max_batch_size`` (Triton's texts) -> INVALID_ARGUMENT.
+        """
+        dims = shape
+        if self.max_batch_size > 0:
+            if not shape:
+                raise InvalidInput(
+                    f"input '{tensor.name}' for model '{self.name}' must have a batch dimension"
+                )
+            if shape[0] > self.max_batch_size:
+                raise InvalidInput(
+                    f"inference request batch-size must be <= {self.max_batch_size} for '{self.name}'"
+                )
+            dims = shape[1:]
+        if len(dims) != len(tensor.dims) or any(c != -1 and c != d for c, d in zip(tensor.dims, dims)):
+            raise InvalidInput(
+                f"unexpected shape for input '{tensor.name}' for model '{self.name}'. "
+                f"Expected {self.api_shape(tensor)}, got {shape}"
+            )
+
+
+def _dtype(value: int) -> DType:
+    return datatypes.BY_CONFIG[mc.DataType.Name(value)]

@@ -1,0 +1,95 @@
+"""Per-version inference statistics with Triton's counters (``extension_statistics.md``).
+
+Durations are cumulative nanoseconds with counts. ``inference_count`` counts batch elements,
+``execution_count`` model executions; ``last_inference`` is ms since the epoch. Updated from
+the event loop thread only, so no lock is needed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from kserve_v2._proto import grpc_service_pb2 as pb
+
+
+@dataclass(slots=True)
+class Duration:
+    """A count and a cumulative duration in ns."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int) -> None:
+        self.count += 1
+        self.ns += ns
+
+    def to_pb(self, out: pb.StatisticDuration) -> None:
+        out.count, out.ns = self.count, self.ns
+
+
+@dataclass(slots=True)
+class Phases:
+    """Time spent decoding inputs, running the model and encoding outputs (ns)."""
+
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass(slots=True)
+class ModelStats:
+    """Counters of one model version."""
+
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    phases: Phases = field(default_factory=Phases)
+    by_batch: dict[int, Phases] = field(default_factory=dict)
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+
+    def record_success(self, batch_size: int, total_ns: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """Account one successful request of ``batch_size`` elements (one execution)."""
+        self.success.add(total_ns)
+        self.queue.add(queue_ns)
+        batch = self.by_batch.setdefault(batch_size, Phases())
+        for phases in (self.phases, batch):
+            phases.compute_input.add(input_ns)
+            phases.compute_infer.add(infer_ns)
+            phases.compute_output.add(output_ns)
+        self.inference_count += batch_size
+        self.execution_count += 1
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_failure(self, total_ns: int) -> None:
+        """Account one failed request."""
+        self.fail.add(total_ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def to_pb(self, name: str, version: int) -> pb.ModelStatistics:
+        """Render as the ModelStatistics message."""
+        out = pb.ModelStatistics(
+            name=name,
+            version=str(version),
+            last_inference=self.last_inference_ms,
+            inference_count=self.inference_count,
+            execution_count=self.execution_count,
+        )
+        stats = out.inference_stats
+        self.success.to_pb(stats.success)
+        self.fail.to_pb(stats.fail)
+        self.queue.to_pb(stats.queue)
+        self.phases.compute_input.to_pb(stats.compute_input)
+        self.phases.compute_infer.to_pb(stats.compute_infer)
+        self.phases.compute_output.to_pb(stats.compute_output)
+        stats.cache_hit.SetInParent()
+        stats.cache_miss.SetInParent()
+        for size in sorted(self.by_batch):
+            phases = self.by_batch[size]
+            entry = out.batch_stats.add(batch_size=size)
+            phases.compute_input.to_pb(entry.compute_input)
+            phases.compute_infer.to_pb(entry.compute_infer)
+            phases.compute_output.to_pb(entry.compute_output)
+        return out

@@ -1,0 +1,144 @@
+"""Tensor bytes <-> numpy arrays: raw contents, typed contents and BYTES framing.
+
+The one place that turns protocol tensor data into ``np.ndarray`` and back. Raw numeric data
+becomes a read-only ``np.frombuffer`` view with no copy. Every count and size is checked against
+the declared shape before anything is allocated (``shared/spec/hardening-notes.md`` section 3:
+overflowing shapes, compromised byte sizes, truncated or flooding BYTES prefixes).
+
+BYTES framing (``shared/spec/triton-protocol-notes.md`` 2.1): each element, in row-major
+order, is a 4-byte little-endian unsigned length followed by that many bytes; embedded NULs
+are data. Decoded BYTES tensors are numpy ``object`` arrays of ``bytes``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+import numpy as np
+
+from kserve_v2.datatypes import BF16, BYTES, DType
+from kserve_v2.errors import InvalidInput
+
+_INT64_MAX = 2**63 - 1
+_LEN = struct.Struct("<I")
+
+
+def element_count(shape: Sequence[int], what: str) -> int:
+    """Number of elements of a request shape.
+
+    Args:
+        shape: dims as sent by the client; each must be >= 0.
+        what: the tensor's description for messages (``"input 'INPUT0' for model 'simple'"``).
+
+    Raises:
+        InvalidInput: a negative dim (Triton: "contains an invalid dim") or a product above
+            int64 (Triton: "unexpected integer overflow") -> INVALID_ARGUMENT.
+    """
+    count = 1
+    for dim in shape:
+        if dim < 0:
+            raise InvalidInput(f"shape {list(shape)} of {what} contains an invalid dim {dim}")
+        count *= dim
+        if count > _INT64_MAX:
+            raise InvalidInput(
+                f"unexpected integer overflow: element count of {what} with shape {list(shape)}"
+            )
+    return count
+
+
+def from_raw(raw: bytes, dtype: DType, shape: Sequence[int], what: str) -> np.ndarray:
+    """Decode one entry of ``raw_input_contents`` into an array of ``shape``.
+
+    Numeric types are a zero-copy, read-only view of ``raw``; BYTES are decoded element by
+    element (see ``unpack_bytes``).
+
+    Raises:
+        InvalidInput: byte size differs from shape x itemsize (Triton: "input byte size
+            mismatch"), or malformed BYTES framing -> INVALID_ARGUMENT.
+    """
+    count = element_count(shape, what)
+    if dtype is BYTES:
+        return unpack_bytes(raw, count, what).reshape(shape)
+    expected = count * dtype.itemsize
+    if expected > _INT64_MAX:
+        raise InvalidInput(f"byte size overflow for {what} with shape {list(shape)}")
+    if len(raw) != expected:
+        raise InvalidInput(f"input byte size mismatch for {what}. Expected {expected}, got {len(raw)}")
+    return np.frombuffer(raw, dtype=dtype.numpy).reshape(shape)
+
+
+def from_contents(values: Sequence[object], dtype: DType, shape: Sequence[int], what: str) -> np.ndarray:
+    """Decode a typed ``InferTensorContents`` field (already chosen for ``dtype``).
+
+    Narrow types (INT8/16, UINT8/16) arrive widened in int32/uint32 fields, as Triton accepts them.
+
+    Raises:
+        InvalidInput: element count differs from the shape, or a value does not fit the
+            datatype -> INVALID_ARGUMENT.
+    """
+    count = element_count(shape, what)
+    if len(values) != count:
+        raise InvalidInput(
+            f"unexpected number of elements in contents of {what}: expected {count}, got {len(values)}"
+        )
+    if dtype is BYTES:
+        array = np.empty(count, dtype=object)
+        array[:] = list(values)
+        return array.reshape(shape)
+    try:
+        return np.fromiter(values, dtype=dtype.numpy, count=count).reshape(shape)
+    except (OverflowError, ValueError) as err:
+        raise InvalidInput(f"contents of {what} do not fit datatype {dtype.v2}: {err}") from None
+
+
+def unpack_bytes(buf: bytes, count: int, what: str) -> np.ndarray:
+    """Split a length-prefixed BYTES buffer into ``count`` elements (a 1-D object array).
+
+    The element count is bounded by the buffer (each element takes at least 4 bytes) before
+    anything is allocated, so a flood of zero-length prefixes cannot expand memory.
+
+    Raises:
+        InvalidInput: too few or too many elements, a truncated prefix, a length past the end
+            of the buffer -> INVALID_ARGUMENT.
+    """
+    if count > len(buf) // _LEN.size:
+        raise InvalidInput(
+            f"expected {count} string elements for {what}, but the {len(buf)}-byte buffer cannot hold them"
+        )
+    out = np.empty(count, dtype=object)
+    view = memoryview(buf)
+    offset = 0
+    for i in range(count):
+        if offset + _LEN.size > len(buf):
+            raise InvalidInput(f"expected {count} string elements for {what}, got {i} (truncated length prefix)")
+        (length,) = _LEN.unpack_from(buf, offset)
+        offset += _LEN.size
+        if offset + length > len(buf):
+            raise InvalidInput(
+                f"string element {i} of {what} has length {length} past the end of the buffer"
+            )
+        out[i] = bytes(view[offset : offset + length])
+        offset += length
+    if offset != len(buf):
+        raise InvalidInput(f"unexpected number of string elements for {what}: more than {count} in the buffer")
+    return out
+
+
+def pack_bytes(array: np.ndarray) -> bytes:
+    """Frame a BYTES tensor (elements ``bytes`` or ``str``, UTF-8 encoded) with length prefixes."""
+    parts: list[bytes] = []
+    for item in array.reshape(-1):
+        data = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+        parts.append(_LEN.pack(len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def to_raw(array: np.ndarray, dtype: DType) -> bytes:
+    """Encode an output array as one ``raw_output_contents`` entry (row-major, little-endian)."""
+    if dtype is BYTES:
+        return pack_bytes(array)
+    if dtype is BF16:
+        array = array.view(np.uint16)
+    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
