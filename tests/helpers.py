@@ -1,0 +1,115 @@
+"""Test helpers: a real server subprocess and ONNX models built with onnx.helper.
+
+Tests import tritonclient; the server's own generated ``inference.*`` modules live only in the
+server process (both register the same protobuf symbols).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "model_repository"
+SHARED_MODELS = ROOT.parent / "shared" / "models"
+_LISTENING = re.compile(r"gRPC server listening on [^:]+:(\d+)")
+_STARTED = ("server is ready", "server is live but not ready")
+
+
+@dataclass
+class Server:
+    """A running ``kserve-v2 serve`` process."""
+
+    proc: subprocess.Popen
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=timeout)
+
+
+def start_server(repository: Path, log_dir: Path, *args: str, timeout: float = 60) -> Server:
+    """Start the server on a free port and wait until its startup model loading has finished."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"server-{time.monotonic_ns()}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kserve_v2", "serve", "--model-repository", str(repository),
+             "--grpc-address", "127.0.0.1", "--grpc-port", "0", *args],
+            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log_path.read_text()
+        match = _LISTENING.search(text)
+        if match and any(marker in text for marker in _STARTED):
+            return Server(proc, int(match.group(1)), log_path)
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{text}")
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"server did not start in {timeout} s:\n{log_path.read_text()}")
+
+
+def make_model(nodes: list, inputs: list[tuple[str, int, list]], outputs: list[tuple[str, int, list]]) -> onnx.ModelProto:
+    """An ONNX model (opset 21) from nodes and (name, TensorProto type, shape) value infos."""
+    graph = helper.make_graph(
+        nodes, "test",
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+def identity_model(onnx_type: int, shape: list | None = None) -> onnx.ModelProto:
+    """INPUT0 -> OUTPUT0 identity, default shape [batch, n] with both dims dynamic."""
+    shape = [None, None] if shape is None else shape
+    return make_model([helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+                      [("INPUT0", onnx_type, shape)], [("OUTPUT0", onnx_type, shape)])
+
+
+def matmul_model(size: int) -> onnx.ModelProto:
+    """OUTPUT0 = INPUT0 @ W with a constant [size, size] FP32 W: a model slow enough to be in flight."""
+    weight = helper.make_tensor("W", TensorProto.FLOAT, [size, size], [0.001] * (size * size))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["INPUT0", "W"], ["OUTPUT0"])], "slow",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, [None, size])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, [None, size])],
+        initializer=[weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+def add_model(repository: Path, name: str, model: onnx.ModelProto | bytes, config: str | None = None,
+              versions: tuple[int, ...] = (1,)) -> Path:
+    """Write ``<repository>/<name>/<v>/model.onnx`` for each version, and config.pbtxt when given."""
+    folder = repository / name
+    for version in versions:
+        (folder / str(version)).mkdir(parents=True, exist_ok=True)
+        data = model if isinstance(model, bytes) else model.SerializeToString()
+        (folder / str(version) / "model.onnx").write_bytes(data)
+    if config is not None:
+        (folder / "config.pbtxt").write_text(config)
+    return folder
