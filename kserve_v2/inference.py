@@ -15,7 +15,7 @@ import numpy as np
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput, Unsupported
 from kserve_v2.spec import ModelSpec, TensorSpec
-from kserve_v2.tensors import from_contents, from_raw, to_raw
+from kserve_v2.tensors import element_count, from_contents, from_raw, to_raw
 
 _SHM_PARAMETERS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 # Triton reserves this prefix and rejects keys it does not know; other parameters are passed over.
@@ -117,6 +117,8 @@ def _from_typed_contents(sent: pb.ModelInferRequest.InferInputTensor, tensor: Te
     used = [f.name for f, _ in sent.contents.ListFields()]
     if field is None:
         raise InvalidInput(f"{tensor.dtype.v2} data of {what} must be sent in raw_input_contents")
+    if not sent.HasField("contents") and element_count(shape, what):
+        raise InvalidInput(f"{what} has no data: send it in raw_input_contents or contents.{field}")
     if any(name != field for name in used):
         raise InvalidInput(f"{tensor.dtype.v2} data of {what} goes in contents.{field}, not {', '.join(used)}")
     return from_contents(getattr(sent.contents, field), tensor.dtype, shape, what)

@@ -1,0 +1,165 @@
+"""Model repository: versions and policies, auto-complete, reshape, a corrupt model, control mode none."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from onnx import TensorProto, helper
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from helpers import add_model, identity_model, make_model, start_server
+
+
+def _scale_model(factor: float):
+    """OUTPUT0 = INPUT0 * factor, FP32 [batch, 4]: tells versions apart."""
+    const = helper.make_node("Constant", [], ["k"], value=helper.make_tensor("k", TensorProto.FLOAT, [], [factor]))
+    return make_model([const, helper.make_node("Mul", ["INPUT0", "k"], ["OUTPUT0"])],
+                      [("INPUT0", TensorProto.FLOAT, [None, 4])], [("OUTPUT0", TensorProto.FLOAT, [None, 4])])
+
+
+def _infer(client, model: str, version: str = "", data=None):
+    data = np.ones((1, 4), np.float32) if data is None else data
+    tensor = grpcclient.InferInput("INPUT0", list(data.shape), "FP32")
+    tensor.set_data_from_numpy(data)
+    return client.infer(model, [tensor], model_version=version).as_numpy("OUTPUT0")
+
+
+@pytest.fixture(scope="module")
+def repo_server(tmp_path_factory):
+    repository = tmp_path_factory.mktemp("repo")
+    for name, policy in (("latest_default", ""), ("latest_two", "version_policy: { latest: { num_versions: 2 } }"),
+                         ("all_versions", "version_policy: { all: {} }"),
+                         ("specific", "version_policy: { specific: { versions: [1, 3] } }")):
+        for version in (1, 2, 3):
+            add_model(repository, name, _scale_model(float(version)), versions=(version,))
+        (repository / name / "config.pbtxt").write_text(policy)
+        (repository / name / "notaversion").mkdir()
+        (repository / name / "04").mkdir()  # leading zero: not a version folder
+    add_model(repository, "partial_config", _scale_model(1.0), 'max_batch_size: 2\ninput [{ name: "INPUT0" }]')
+    reshape = make_model([helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+                         [("INPUT0", TensorProto.FLOAT, [1, 2, 2])], [("OUTPUT0", TensorProto.FLOAT, [1, 2, 2])])
+    add_model(repository, "reshaped", reshape, (
+        'max_batch_size: 0\n'
+        'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [4] reshape: { shape: [1, 2, 2] } }]\n'
+        'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [4] reshape: { shape: [1, 2, 2] } }]\n'))
+    (repository / "empty_folder").mkdir()
+    server = start_server(repository, tmp_path_factory.mktemp("logs"))
+    yield server
+    assert server.stop() == 0
+
+
+def test_version_policies(repo_server) -> None:
+    with grpcclient.InferenceServerClient(repo_server.url) as client:
+        assert list(client.get_model_metadata("latest_default").versions) == ["3"]
+        assert _infer(client, "latest_default")[0, 0] == 3.0
+        assert not client.is_model_ready("latest_default", "1")
+        assert list(client.get_model_metadata("latest_two").versions) == ["2", "3"]
+        assert _infer(client, "latest_two", "2")[0, 0] == 2.0
+        assert list(client.get_model_metadata("all_versions").versions) == ["1", "2", "3"]
+        assert [_infer(client, "all_versions", v)[0, 0] for v in "123"] == [1.0, 2.0, 3.0]
+        assert list(client.get_model_metadata("specific").versions) == ["1", "3"]
+        with pytest.raises(InferenceServerException) as err:
+            _infer(client, "specific", "2")
+        assert "'specific' version 2 is not found" in err.value.message()
+        stats = client.get_inference_statistics("all_versions")
+        assert [s.version for s in stats.model_stats] == ["1", "2", "3"]
+
+
+def test_auto_complete_from_graph_and_partial_config(repo_server) -> None:
+    with grpcclient.InferenceServerClient(repo_server.url) as client:
+        config = client.get_model_config("latest_default").config
+        assert config.platform == "onnxruntime_onnx" and config.backend == "onnxruntime"
+        assert config.max_batch_size == 4  # graph has a dynamic first dim and the config names no tensors
+        assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == [("INPUT0", 11, [4])]
+        assert [o.name for o in config.output] == ["OUTPUT0"]
+        partial = client.get_model_config("partial_config").config
+        assert partial.max_batch_size == 2 and partial.input[0].data_type == 11 and list(partial.input[0].dims) == [4]
+        assert [o.name for o in partial.output] == ["OUTPUT0"]
+        with pytest.raises(InferenceServerException) as err:
+            _infer(client, "partial_config", data=np.ones((3, 4), np.float32))
+        assert "batch-size must be <= 2" in err.value.message()
+
+
+def test_reshape(repo_server) -> None:
+    with grpcclient.InferenceServerClient(repo_server.url) as client:
+        metadata = client.get_model_metadata("reshaped")
+        assert list(metadata.inputs[0].shape) == [4]
+        tensor = grpcclient.InferInput("INPUT0", [4], "FP32")
+        tensor.set_data_from_numpy(np.arange(4, dtype=np.float32))
+        result = client.infer("reshaped", [tensor])
+        assert list(result.get_response().outputs[0].shape) == [4]
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.arange(4, dtype=np.float32))
+
+
+def test_index_and_control_mode_none(repo_server) -> None:
+    with grpcclient.InferenceServerClient(repo_server.url) as client:
+        index = client.get_model_repository_index().models
+        rows = {(m.name, m.version): (m.state, m.reason) for m in index}
+        assert rows[("latest_two", "2")] == ("READY", "") and rows[("latest_two", "3")] == ("READY", "")
+        assert ("latest_two", "1") not in rows
+        assert rows[("empty_folder", "")][0] == "UNAVAILABLE"
+        assert "at least one version must be available" in rows[("empty_folder", "")][1]
+        with grpc.insecure_channel(repo_server.url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            ready = stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True)).models
+        assert ready and all(m.state == "READY" for m in ready)
+        assert "empty_folder" not in {m.name for m in ready}
+        for call in (lambda: client.load_model("latest_default"), lambda: client.unload_model("latest_default")):
+            with pytest.raises(InferenceServerException) as err:
+                call()
+            assert err.value.status() == "StatusCode.UNAVAILABLE" and "control mode" in err.value.message()
+        assert not client.is_server_ready()  # empty_folder failed at startup: strict readiness says not ready
+
+
+def test_corrupt_model_is_unavailable_others_serve_and_server_not_ready(tmp_path) -> None:
+    repository = tmp_path / "repo"
+    add_model(repository, "good", identity_model(TensorProto.FLOAT))
+    add_model(repository, "corrupt", b"this is not an onnx model")
+    server = start_server(repository, tmp_path)
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            assert client.is_server_live()
+            assert not client.is_server_ready()
+            index = {m.name: m for m in client.get_model_repository_index().models}
+            assert index["corrupt"].state == "UNAVAILABLE" and index["corrupt"].version == "1"
+            assert "failed to load model 'corrupt' version 1" in index["corrupt"].reason
+            assert index["good"].state == "READY"
+            assert not client.is_model_ready("corrupt")
+            with pytest.raises(InferenceServerException) as err:
+                _infer(client, "corrupt")
+            assert "'corrupt' has no available versions" in err.value.message()
+            data = np.arange(6, dtype=np.float32).reshape(2, 3)
+            tensor = grpcclient.InferInput("INPUT0", [2, 3], "FP32")
+            tensor.set_data_from_numpy(data)
+            np.testing.assert_array_equal(client.infer("good", [tensor]).as_numpy("OUTPUT0"), data)
+        with grpc.insecure_channel(server.url) as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=2)
+            assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+    finally:
+        assert server.stop() == 0
+
+
+def test_non_strict_readiness_and_bad_configs(tmp_path) -> None:
+    repository = tmp_path / "repo"
+    add_model(repository, "good", identity_model(TensorProto.FLOAT))
+    add_model(repository, "bad_text", identity_model(TensorProto.FLOAT), "max_batch_size: [not valid")
+    add_model(repository, "wrong_type", identity_model(TensorProto.FLOAT),
+              'input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [-1] }]')
+    add_model(repository, "wrong_backend", identity_model(TensorProto.FLOAT), 'backend: "python"')
+    add_model(repository, "no_batch_dim", identity_model(TensorProto.FLOAT, [2, 3]), "max_batch_size: 4")
+    server = start_server(repository, tmp_path, "--strict-readiness", "false")
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            assert client.is_server_ready()
+            index = {m.name: m for m in client.get_model_repository_index().models}
+            assert "failed to parse model configuration" in index["bad_text"].reason
+            assert "TYPE_INT32 in the configuration but TYPE_FP32 in the model" in index["wrong_type"].reason
+            assert "unsupported platform" in index["wrong_backend"].reason
+            assert "max_batch_size must be 0" in index["no_batch_dim"].reason
+            assert {m.state for n, m in index.items() if n != "good"} == {"UNAVAILABLE"}
+    finally:
+        assert server.stop() == 0
