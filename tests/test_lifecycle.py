@@ -1,0 +1,100 @@
+"""Process lifecycle: graceful SIGTERM with requests in flight, large messages, startup failures."""
+
+from __future__ import annotations
+
+import queue
+import signal
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from helpers import EXAMPLES, add_model, matmul_model, start_server
+
+SIZE = 1024
+# Declaring the input keeps max_batch_size 0 (with no tensors named, auto-complete would batch).
+NO_BATCHING = f'max_batch_size: 0\ninput [{{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1, {SIZE}] }}]\n'
+
+
+def test_sigterm_lets_in_flight_requests_finish_and_refuses_new_ones(tmp_path) -> None:
+    repository = tmp_path / "repo"
+    config = NO_BATCHING + ('instance_group [{ kind: KIND_CPU count: 1 }]\n'
+                            'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }')
+    add_model(repository, "slow", matmul_model(SIZE), config)
+    server = start_server(repository, tmp_path)
+    data = np.ones((2048, SIZE), dtype=np.float32)
+    results: queue.Queue = queue.Queue()
+    with grpcclient.InferenceServerClient(server.url) as client:
+        tensor = grpcclient.InferInput("INPUT0", list(data.shape), "FP32")
+        tensor.set_data_from_numpy(data)
+        started = time.monotonic()
+        client.infer("slow", [tensor])  # warm up, and learn how long one takes
+        one = time.monotonic() - started
+        for _ in range(6):
+            client.async_infer("slow", [tensor], callback=lambda result, error: results.put((result, error)))
+        time.sleep(min(one, 0.5))  # all six have reached the server; at most one has finished
+        assert results.qsize() < 6, "requests finished too fast to be in flight"
+        server.proc.send_signal(signal.SIGTERM)
+        got = [results.get(timeout=60) for _ in range(6)]
+    assert [error for _, error in got] == [None] * 6
+    for result, _ in got:
+        np.testing.assert_allclose(result.as_numpy("OUTPUT0")[:2, :2], np.full((2, 2), SIZE * 0.001), rtol=1e-4)
+    with grpcclient.InferenceServerClient(server.url) as late:
+        with pytest.raises(InferenceServerException) as err:
+            late.infer("slow", [tensor], client_timeout=5)
+        assert err.value.status() == "StatusCode.UNAVAILABLE"
+    assert server.proc.wait(timeout=60) == 0
+    log = server.log()
+    assert "readiness off" in log and "server stopped" in log
+
+
+def test_exit_timeout_bounds_the_drain(tmp_path) -> None:
+    repository = tmp_path / "repo"
+    add_model(repository, "slow", matmul_model(SIZE), NO_BATCHING + "instance_group [{ kind: KIND_CPU count: 1 }]")
+    server = start_server(repository, tmp_path, "--exit-timeout-secs", "1")
+    data = np.ones((4096, SIZE), dtype=np.float32)
+    with grpcclient.InferenceServerClient(server.url) as client:
+        tensor = grpcclient.InferInput("INPUT0", list(data.shape), "FP32")
+        tensor.set_data_from_numpy(data)
+        for _ in range(40):  # far more work than one second
+            client.async_infer("slow", [tensor], callback=lambda result, error: None)
+        time.sleep(0.5)
+        started = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(timeout=30) == 0
+    assert time.monotonic() - started < 15
+
+
+def test_256_mib_tensor_round_trip(tmp_path) -> None:
+    server = start_server(EXAMPLES, tmp_path)
+    try:
+        data = np.random.default_rng(0).random((1, 64 * 1024 * 1024), dtype=np.float32)
+        with grpcclient.InferenceServerClient(server.url) as client:
+            tensor = grpcclient.InferInput("INPUT0", list(data.shape), "FP32")
+            tensor.set_data_from_numpy(data)
+            out = client.infer("identity_fp32", [tensor], client_timeout=120).as_numpy("OUTPUT0")
+            assert out.shape == data.shape and np.array_equal(out, data)
+            small = grpcclient.InferInput("INPUT0", [1, 1], "FP32")
+            small.set_data_from_numpy(np.ones((1, 1), np.float32))
+            assert client.infer("identity_fp32", [small]).as_numpy("OUTPUT0")[0, 0] == 1.0
+    finally:
+        assert server.stop() == 0
+
+
+def test_empty_repository_is_live_but_not_ready(tmp_path) -> None:
+    (tmp_path / "repo").mkdir()
+    server = start_server(tmp_path / "repo", tmp_path)
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            assert client.is_server_live() and not client.is_server_ready()
+    finally:
+        assert server.stop() == 0
+
+
+def test_bad_command_lines_exit_non_zero(tmp_path) -> None:
+    with pytest.raises(RuntimeError, match="is not a directory"):
+        start_server(tmp_path / "missing", tmp_path)
+    with pytest.raises(RuntimeError, match="expected true or false"):
+        start_server(EXAMPLES, tmp_path, "--strict-readiness", "maybe")
