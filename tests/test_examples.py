@@ -1,0 +1,30 @@
+"""The example programs in examples/ run against the server on the example repository and print PASS."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from helpers import ROOT
+
+PROGRAMS = ["grpc_health_metadata.py", "grpc_simple_infer.py", "grpc_async_infer.py",
+            "grpc_stream_infer.py", "grpc_string_infer.py"]
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_example_program_passes(example_server, program: str) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / program), "-u", example_server.url],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "PASS"
+
+
+def test_example_models_script_rebuilds_the_committed_repository(tmp_path) -> None:
+    """The committed example models are exactly what build_example_models.py writes."""
+    subprocess.run([sys.executable, str(ROOT / "examples" / "build_example_models.py"), str(tmp_path)], check=True)
+    built = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    assert len(built) == 10
+    for path in built:
+        assert (tmp_path / path).read_bytes() == (ROOT / "examples" / "model_repository" / path).read_bytes(), path
