@@ -20,6 +20,8 @@ from kserve_v2.tensors import element_count, from_contents, from_raw, to_raw
 _SHM_PARAMETERS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 # Triton reserves this prefix and rejects keys it does not know; other parameters are passed over.
 _RESERVED_PREFIX = "triton_"
+# Reserved keys Triton accepts; perf_analyzer sends this one (it only matters for decoupled models).
+_KNOWN_RESERVED = frozenset({"triton_enable_empty_final_response"})
 
 
 @dataclass(slots=True)
@@ -41,7 +43,7 @@ def decode_request(request: pb.ModelInferRequest, spec: ModelSpec) -> DecodedReq
         Unsupported: the classification extension -> UNIMPLEMENTED.
     """
     for key in request.parameters:
-        if key.startswith(_RESERVED_PREFIX):
+        if key.startswith(_RESERVED_PREFIX) and key not in _KNOWN_RESERVED:
             raise InvalidInput(f"parameter '{key}' is reserved and not recognised")
     feeds = _decode_inputs(request, spec)
     batch_size = _batch_size(feeds, spec)

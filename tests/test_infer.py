@@ -133,6 +133,18 @@ def test_stream_infer_ids_and_in_stream_error(client: grpcclient.InferenceServer
     np.testing.assert_array_equal(by_id["after_error"].as_numpy("OUTPUT0"), A + 100 + B)
 
 
+def test_triton_reserved_parameter_perf_analyzer_sends(example_server) -> None:
+    channel, stub = _raw_stub(example_server)
+    with channel:
+        request = service_pb2.ModelInferRequest(model_name="simple", raw_input_contents=[A.tobytes(), B.tobytes()])
+        request.inputs.add(name="INPUT0", datatype="INT32", shape=[1, 16])
+        request.inputs.add(name="INPUT1", datatype="INT32", shape=[1, 16])
+        request.parameters["triton_enable_empty_final_response"].bool_param = True
+        request.parameters["custom_key"].string_param = "ignored"
+        response = stub.ModelInfer(request)
+    np.testing.assert_array_equal(np.frombuffer(response.raw_output_contents[0], np.int32), (A + B).reshape(-1))
+
+
 def _raw_stub(example_server):
     channel = grpc.insecure_channel(example_server.url)
     return channel, service_pb2_grpc.GRPCInferenceServiceStub(channel)

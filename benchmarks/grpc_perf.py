@@ -1,0 +1,96 @@
+"""gRPC throughput and latency with Triton's perf_analyzer, against a server started here.
+
+Runs `simple` at concurrency 1, 4 and 16, and the FP32 identity model with 1 MiB and 16 MiB
+tensors at concurrency 4; prints infer/s, p50/p99 latency (ms) and payload MB/s (request bytes,
+one direction) as a table. perf_analyzer comes from PATH, else from ../shared/tools (a wrapper
+for machines whose glibc is too old for the PyPI wheel), else `pip install perf-analyzer`.
+
+Usage: python benchmarks/grpc_perf.py [--seconds 5] [--repository examples/model_repository]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_TOOLS = ROOT.parent / "shared" / "tools"
+FP32_ELEMENTS = {"1 MiB": 256 * 1024, "16 MiB": 4 * 1024 * 1024}
+
+
+def perf_analyzer() -> str:
+    found = shutil.which("perf_analyzer")
+    if found:
+        return found
+    if (SHARED_TOOLS / "perf_analyzer").exists():
+        return str(SHARED_TOOLS / "perf_analyzer")
+    sys.exit("perf_analyzer not found: put it on PATH (pip install perf-analyzer) or keep ../shared/tools beside the project")
+
+
+def start_server(repository: Path, log: Path) -> tuple[subprocess.Popen, int]:
+    out = open(log, "w")
+    proc = subprocess.Popen([sys.executable, "-m", "kserve_v2", "serve", "--model-repository", str(repository),
+                             "--grpc-address", "127.0.0.1", "--grpc-port", "0"], stdout=out, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    for _ in range(600):
+        text = log.read_text()
+        match = re.search(r"listening on [^:]+:(\d+)", text)
+        if match and "server is ready" in text:
+            return proc, int(match.group(1))
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.kill()
+    sys.exit(f"server did not become ready:\n{log.read_text()}")
+
+
+def run(tool: str, port: int, model: str, concurrency: int, seconds: int, shape: str | None, workdir: Path) -> dict[str, float]:
+    report = workdir / f"{model}-{concurrency}-{shape or 'default'}.csv".replace(":", "_")
+    command = [tool, "-m", model, "-i", "grpc", "-u", f"127.0.0.1:{port}", "--concurrency-range", str(concurrency),
+               "--measurement-interval", str(seconds * 1000), "--max-trials", "10",
+               "--stability-percentage", "25", "-f", str(report)]
+    if shape:
+        command += ["--shape", shape]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    with open(report) as f:
+        row = next(csv.DictReader(f))
+    return {"infer/s": float(row["Inferences/Second"]), "p50 ms": float(row["p50 latency"]) / 1000,
+            "p99 ms": float(row["p99 latency"]) / 1000}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=int, default=5, help="measurement window per trial")
+    parser.add_argument("--repository", type=Path, default=ROOT / "examples" / "model_repository")
+    args = parser.parse_args()
+    tool = perf_analyzer()
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        proc, port = start_server(args.repository, workdir / "server.log")
+        rows = []
+        try:
+            for concurrency in (1, 4, 16):
+                rows.append((f"simple c={concurrency}", 64 * 2, run(tool, port, "simple", concurrency, args.seconds, None, workdir)))
+            for label, elements in FP32_ELEMENTS.items():
+                result = run(tool, port, "identity_fp32", 4, args.seconds, f"INPUT0:{elements}", workdir)
+                rows.append((f"identity_fp32 {label} c=4", elements * 4, result))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+    print(f"{'case':<28}{'infer/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'MB/s':>9}")
+    for label, request_bytes, result in rows:
+        mb_s = result["infer/s"] * request_bytes / 1e6
+        print(f"{label:<28}{result['infer/s']:>10.0f}{result['p50 ms']:>9.2f}{result['p99 ms']:>9.2f}{mb_s:>9.1f}")
+
+
+if __name__ == "__main__":
+    main()
