@@ -21,9 +21,10 @@ inputs[0].set_data_from_numpy(numbers)
 inputs[1].set_data_from_numpy(ones)
 result = client.infer("simple_string", inputs)
 sums = [int(x) for x in result.as_numpy("OUTPUT0")[0]]
-print("simple_string sums:", sums)
-if sums != [i + 1 for i in range(16)]:
-    sys.exit("wrong sums")
+differences = [int(x) for x in result.as_numpy("OUTPUT1")[0]]
+print("simple_string sums:", sums, "differences:", differences)
+if sums != [i + 1 for i in range(16)] or differences != [i - 1 for i in range(16)]:
+    sys.exit("wrong sums or differences")
 
 data = np.array([[b"he\x00llo", b"\x00\x01\x02\x03"]], dtype=np.object_)
 tensor = grpcclient.InferInput("INPUT0", [1, 2], "BYTES")

@@ -46,8 +46,8 @@ class Server:
         return self.proc.wait(timeout=timeout)
 
 
-def start_server(repository: Path, log_dir: Path, *args: str, timeout: float = 60) -> Server:
-    """Start the server on a free port and wait until its startup model loading has finished."""
+def start_server(repository: Path, log_dir: Path, *args: str, timeout: float = 60, wait_startup: bool = True) -> Server:
+    """Start the server on a free port; wait until its port is open and (by default) startup loading has ended."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"server-{time.monotonic_ns()}.log"
     with open(log_path, "w") as log:
@@ -60,7 +60,7 @@ def start_server(repository: Path, log_dir: Path, *args: str, timeout: float = 6
     while time.monotonic() < deadline:
         text = log_path.read_text()
         match = _LISTENING.search(text)
-        if match and any(marker in text for marker in _STARTED):
+        if match and (not wait_startup or any(marker in text for marker in _STARTED)):
             return Server(proc, int(match.group(1)), log_path)
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{text}")
@@ -88,11 +88,22 @@ def identity_model(onnx_type: int, shape: list | None = None) -> onnx.ModelProto
                       [("INPUT0", onnx_type, shape)], [("OUTPUT0", onnx_type, shape)])
 
 
-def matmul_model(size: int) -> onnx.ModelProto:
-    """OUTPUT0 = INPUT0 @ W with a constant [size, size] FP32 W: a model slow enough to be in flight."""
-    weight = helper.make_tensor("W", TensorProto.FLOAT, [size, size], [0.001] * (size * size))
+def slow_loading_model(nodes: int = 2000) -> onnx.ModelProto:
+    """A chain of ``nodes`` Adds on FP32 [batch, 4]: ONNX Runtime takes seconds to optimise it."""
+    chain = [helper.make_node("Add", ["INPUT0" if i == 0 else f"t{i - 1}", "INPUT0"],
+                              ["OUTPUT0" if i == nodes - 1 else f"t{i}"]) for i in range(nodes)]
+    return make_model(chain, [("INPUT0", TensorProto.FLOAT, [None, 4])], [("OUTPUT0", TensorProto.FLOAT, [None, 4])])
+
+
+def matmul_model(size: int, depth: int = 1) -> onnx.ModelProto:
+    """OUTPUT0 = INPUT0 @ W @ W ... (``depth`` times) with a constant [size, size] FP32 W of 1/size.
+
+    Rows of ones stay ones, and each row costs 2 * size^2 * depth flops: slow enough to be in flight.
+    """
+    weight = helper.make_tensor("W", TensorProto.FLOAT, [size, size], [1.0 / size] * (size * size))
+    names = ["INPUT0"] + [f"h{i}" for i in range(1, depth)] + ["OUTPUT0"]
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["INPUT0", "W"], ["OUTPUT0"])], "slow",
+        [helper.make_node("MatMul", [names[i], "W"], [names[i + 1]]) for i in range(depth)], "slow",
         [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, [None, size])],
         [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, [None, size])],
         initializer=[weight],

@@ -54,6 +54,18 @@ def test_batch_of_eight(client: grpcclient.InferenceServerClient) -> None:
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 2)
 
 
+def test_keepalive_and_custom_channel_arguments(example_server) -> None:
+    """The options of Triton's keepalive and custom-args examples: no GOAWAY, 1 MiB client limits."""
+    keepalive = grpcclient.KeepAliveOptions(keepalive_time_ms=2**31 - 1, keepalive_timeout_ms=20000,
+                                            keepalive_permit_without_calls=False, http2_max_pings_without_data=2)
+    with grpcclient.InferenceServerClient(example_server.url, keepalive_options=keepalive) as client:
+        for _ in range(3):
+            np.testing.assert_array_equal(client.infer("simple", _simple_inputs()).as_numpy("OUTPUT0"), A + B)
+    args = [("grpc.max_send_message_length", 1024 * 1024), ("grpc.max_receive_message_length", 1024 * 1024)]
+    with grpcclient.InferenceServerClient(example_server.url, channel_args=args) as client:
+        np.testing.assert_array_equal(client.infer("simple", _simple_inputs()).as_numpy("OUTPUT1"), A - B)
+
+
 def test_compression_and_async_infer(client: grpcclient.InferenceServerClient) -> None:
     for algorithm in ("gzip", "deflate"):
         result = client.infer("simple", _simple_inputs(), compression_algorithm=algorithm)
@@ -78,20 +90,15 @@ def test_aio_client(example_server) -> None:
     asyncio.run(run())
 
 
-def test_strings_and_int8(client: grpcclient.InferenceServerClient) -> None:
-    a = np.array([[str(i).encode() for i in range(16)]], dtype=np.object_)
-    b = np.array([[b"1"] * 16], dtype=np.object_)
-    inputs = [grpcclient.InferInput("INPUT0", [1, 16], "BYTES"), grpcclient.InferInput("INPUT1", [1, 16], "BYTES")]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(b)
-    result = client.infer("simple_string", inputs)
-    assert [int(x) for x in result.as_numpy("OUTPUT0")[0]] == [i + 1 for i in range(16)]
-    assert [int(x) for x in result.as_numpy("OUTPUT1")[0]] == [i - 1 for i in range(16)]
+def test_int8(client: grpcclient.InferenceServerClient) -> None:
+    """simple_string is covered by examples/grpc_string_infer.py (tests/test_examples.py)."""
     x = np.arange(-8, 8, dtype=np.int8).reshape(1, 16)
     inputs = [grpcclient.InferInput(n, [1, 16], "INT8") for n in ("INPUT0", "INPUT1")]
     for i in inputs:
         i.set_data_from_numpy(x)
-    np.testing.assert_array_equal(client.infer("simple_int8", inputs).as_numpy("OUTPUT0"), x * 2)
+    result = client.infer("simple_int8", inputs)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x * 2)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.zeros_like(x))
 
 
 def test_bytes_with_embedded_nul(client: grpcclient.InferenceServerClient) -> None:
@@ -145,6 +152,14 @@ def test_triton_reserved_parameter_perf_analyzer_sends(example_server) -> None:
     np.testing.assert_array_equal(np.frombuffer(response.raw_output_contents[0], np.int32), (A + B).reshape(-1))
 
 
+def _typed_request(model: str, datatype: str, field: str, values: list) -> service_pb2.ModelInferRequest:
+    """A two-input [1, 16] request with data in typed ``contents.<field>``."""
+    request = service_pb2.ModelInferRequest(model_name=model)
+    for name in ("INPUT0", "INPUT1"):
+        getattr(request.inputs.add(name=name, datatype=datatype, shape=[1, 16]).contents, field).extend(values)
+    return request
+
+
 def _raw_stub(example_server):
     channel = grpc.insecure_channel(example_server.url)
     return channel, service_pb2_grpc.GRPCInferenceServiceStub(channel)
@@ -153,10 +168,7 @@ def _raw_stub(example_server):
 def test_typed_int_contents_and_contents_plus_raw_error(example_server) -> None:
     channel, stub = _raw_stub(example_server)
     with channel:
-        request = service_pb2.ModelInferRequest(model_name="simple")
-        for name in ("INPUT0", "INPUT1"):
-            tensor = request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
-            tensor.contents.int_contents.extend(range(16))
+        request = _typed_request("simple", "INT32", "int_contents", list(range(16)))
         response = stub.ModelInfer(request)
         out = np.frombuffer(response.raw_output_contents[0], dtype=np.int32)
         np.testing.assert_array_equal(out, np.arange(16) * 2)
@@ -171,17 +183,13 @@ def test_typed_int_contents_and_contents_plus_raw_error(example_server) -> None:
 def test_typed_bytes_and_int8_contents(example_server) -> None:
     channel, stub = _raw_stub(example_server)
     with channel:
-        request = service_pb2.ModelInferRequest(model_name="simple_string")
-        for name in ("INPUT0", "INPUT1"):
-            tensor = request.inputs.add(name=name, datatype="BYTES", shape=[1, 16])
-            tensor.contents.bytes_contents.extend(str(i).encode() for i in range(16))
-        response = stub.ModelInfer(request)
+        response = stub.ModelInfer(_typed_request("simple_string", "BYTES", "bytes_contents",
+                                                  [str(i).encode() for i in range(16)]))
         assert [o.name for o in response.outputs] == ["OUTPUT0", "OUTPUT1"]
         first = response.raw_output_contents[0]
         assert first[:4] == (1).to_bytes(4, "little") and first[4:5] == b"0"
-        request = service_pb2.ModelInferRequest(model_name="simple_int8", model_version="wrong_specification")
-        for name in ("INPUT0", "INPUT1"):
-            request.inputs.add(name=name, datatype="INT8", shape=[1, 16]).contents.int_contents.extend(range(16))
+        request = _typed_request("simple_int8", "INT8", "int_contents", list(range(16)))
+        request.model_version = "wrong_specification"
         with pytest.raises(grpc.RpcError) as err:
             stub.ModelInfer(request)
         assert "failed to get model version from specified version string 'wrong_specification'" in err.value.details()

@@ -151,6 +151,12 @@ def test_non_strict_readiness_and_bad_configs(tmp_path) -> None:
               'input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [-1] }]')
     add_model(repository, "wrong_backend", identity_model(TensorProto.FLOAT), 'backend: "python"')
     add_model(repository, "no_batch_dim", identity_model(TensorProto.FLOAT, [2, 3]), "max_batch_size: 4")
+    add_model(repository, "tuned", identity_model(TensorProto.FLOAT), (
+        'parameters [{ key: "intra_op_thread_count" value: { string_value: "1" } },'
+        ' { key: "execution_mode" value: { string_value: "1" } }]\noptimization { graph { level: -1 } }'))
+    add_model(repository, "bad_parameter", identity_model(TensorProto.FLOAT),
+              'parameters { key: "intra_op_thread_count" value: { string_value: "many" } }')
+    add_model(repository, "gpu_only", identity_model(TensorProto.FLOAT), "instance_group [{ kind: KIND_GPU }]")
     server = start_server(repository, tmp_path, "--strict-readiness", "false")
     try:
         with grpcclient.InferenceServerClient(server.url) as client:
@@ -160,6 +166,13 @@ def test_non_strict_readiness_and_bad_configs(tmp_path) -> None:
             assert "TYPE_INT32 in the configuration but TYPE_FP32 in the model" in index["wrong_type"].reason
             assert "unsupported platform" in index["wrong_backend"].reason
             assert "max_batch_size must be 0" in index["no_batch_dim"].reason
-            assert {m.state for n, m in index.items() if n != "good"} == {"UNAVAILABLE"}
+            assert index["tuned"].state == "READY"
+            assert "invalid literal" in index["bad_parameter"].reason
+            assert "asks for GPUs" in index["gpu_only"].reason or index["gpu_only"].state == "READY"  # READY on GPU hosts
+            assert {m.state for n, m in index.items() if n not in ("good", "tuned", "gpu_only")} == {"UNAVAILABLE"}
+            data = np.ones((1, 3), np.float32)
+            tensor = grpcclient.InferInput("INPUT0", [1, 3], "FP32")
+            tensor.set_data_from_numpy(data)
+            np.testing.assert_array_equal(client.infer("tuned", [tensor]).as_numpy("OUTPUT0"), data)
     finally:
         assert server.stop() == 0

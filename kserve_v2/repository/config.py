@@ -67,7 +67,11 @@ def model_file(model_dir: Path, version: int, config: mc.ModelConfig) -> Path:
 
 
 def complete_instances(config: mc.ModelConfig, gpus: int) -> None:
-    """Default the version policy and instance groups (in place): one instance per GPU, else two CPU ones."""
+    """Default the version policy and instance groups (in place): one instance per GPU, else two CPU ones.
+
+    Raises:
+        ConfigError: GPU instances without a usable GPU (or naming a missing one), or KIND_MODEL.
+    """
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
     if not config.instance_group:
@@ -81,6 +85,10 @@ def complete_instances(config: mc.ModelConfig, gpus: int) -> None:
             group.count = 1 if group.kind == mc.ModelInstanceGroup.KIND_GPU else DEFAULT_CPU_INSTANCES
         if not group.name:
             group.name = f"{config.name}_{index}"
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU and (not gpus or any(g >= gpus for g in group.gpus)):
+            raise ConfigError(f"instance group '{group.name}' asks for GPUs {list(group.gpus)} but {gpus} are usable")
+        if group.kind == mc.ModelInstanceGroup.KIND_MODEL:
+            raise ConfigError("instance group kind KIND_MODEL is not supported by the onnxruntime backend")
 
 
 def complete_tensors(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequence[OnnxTensor]) -> None:
@@ -92,13 +100,12 @@ def complete_tensors(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outpu
     _complete_tensors(config.output, outputs, skip, add_missing=not config.output)
 
 
-def validate(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequence[OnnxTensor], gpus: int) -> None:
-    """Check a completed configuration against the ONNX graph and the host.
+def validate(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequence[OnnxTensor]) -> None:
+    """Check a completed configuration against the ONNX graph.
 
     Raises:
         ConfigError: unknown tensor names, datatype or rank mismatches, batching on a graph
-            without a dynamic first dim, a required graph input missing, GPU instances
-            without a GPU, or an unsupported scheduler.
+            without a dynamic first dim, a required graph input missing, or an unsupported scheduler.
     """
     batching = config.max_batch_size > 0
     _validate_tensors("input", config.input, inputs, batching)
@@ -107,11 +114,6 @@ def validate(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequ
     missing = [t.name for t in inputs if t.name not in declared]
     if missing:
         raise ConfigError(f"model inputs {missing} are not in the configuration")
-    for group in config.instance_group:
-        if group.kind == mc.ModelInstanceGroup.KIND_GPU and (not gpus or any(g >= gpus for g in group.gpus)):
-            raise ConfigError(f"instance group '{group.name}' asks for GPUs {list(group.gpus)} but {gpus} are available")
-        if group.kind == mc.ModelInstanceGroup.KIND_MODEL:
-            raise ConfigError("instance group kind KIND_MODEL is not supported by the onnxruntime backend")
     if config.HasField("sequence_batching") or config.HasField("ensemble_scheduling"):
         raise ConfigError("sequence batching and ensembles are not supported")
 

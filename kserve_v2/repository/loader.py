@@ -52,7 +52,7 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None 
             session = _open_session(model_dir, version, config)
             if not completed:
                 cfg.complete_tensors(config, session.inputs, session.outputs)
-            cfg.validate(config, session.inputs, session.outputs, gpus)
+            cfg.validate(config, session.inputs, session.outputs)
             completed = True
             result.loaded[version] = ModelVersion(name, version, config, session)
         except Exception as err:  # noqa: BLE001 - any load failure is reported as the version's reason
