@@ -14,6 +14,7 @@ import signal
 from grpc_health.v1 import health_pb2
 
 from kserve_v2.grpc.server import SERVICE_NAME, build_server
+from kserve_v2.repository import poller
 from kserve_v2.repository.manager import ModelManager
 from kserve_v2.runtime.device import cuda_device_count
 from kserve_v2.service import InferenceService, ServerState
@@ -30,7 +31,8 @@ class App:
         gpus = cuda_device_count()
         log.info("execution provider: %s", f"CUDA ({gpus} GPU)" if gpus else "CPU (no usable GPU)")
         self.state = ServerState(settings.strict_readiness)
-        self.manager = ModelManager(list(settings.model_repositories), gpus, self._on_change)
+        self.manager = ModelManager(list(settings.model_repositories), gpus, self._on_change,
+                                    ready_when_empty=settings.model_control_mode == "explicit")
         self.service = InferenceService(self.manager, self.state, settings.server_name, settings.model_control_mode)
         self.server, self.health, self.grpc_port = build_server(self.service, settings)
         self._health_update: asyncio.Task[None] | None = None
@@ -52,7 +54,7 @@ class App:
         await self._publish_health()
         await self.server.start()
         log.info("gRPC server listening on %s:%d", self.settings.grpc_address, self.grpc_port)
-        startup = loop.create_task(self._start_models())
+        startup = loop.create_task(self._start_models())  # in poll mode it goes on polling
         await stop.wait()
         log.info("shutting down: readiness off, waiting up to %d s for in-flight requests", self.settings.exit_timeout_secs)
         self.state.draining = True
@@ -63,11 +65,20 @@ class App:
         log.info("server stopped")
         return 0
 
+    def _startup_names(self) -> list[str]:
+        if self.settings.model_control_mode != "explicit" or "*" in self.settings.load_models:
+            return self.manager.model_names()
+        return list(dict.fromkeys(self.settings.load_models))
+
     async def _start_models(self) -> None:
-        await self.manager.load_startup_models()
+        repositories = list(self.settings.model_repositories)
+        before = await asyncio.to_thread(poller.snapshot, repositories)
+        await self.manager.load_startup_models(self._startup_names())
         self.state.started = True
         await self._publish_health()
         if self.service.is_ready():
             log.info("server is ready")
         else:
             log.warning("server is live but not ready: a startup model failed to load (see RepositoryIndex)")
+        if self.settings.model_control_mode == "poll":
+            await poller.poll(self.manager, repositories, self.settings.repository_poll_secs, before)

@@ -19,7 +19,7 @@ from kserve_v2 import __version__
 from kserve_v2.settings import Settings
 
 ENV_PREFIX = "KSERVE_V2_"
-CONTROL_MODES = ("none",)
+CONTROL_MODES = ("none", "explicit", "poll")
 
 
 def _bool(text: str) -> bool:
@@ -61,7 +61,16 @@ def _parser() -> argparse.ArgumentParser:
     flag("grpc-port", defaults.grpc_port, "gRPC port (0 picks a free one and logs it)", type=int)
     flag("server-name", defaults.server_name, "name in ServerMetadata; use 'triton' for clients that check it")
     flag("model-control-mode", defaults.model_control_mode,
-         "'none': load every model at start; load and unload RPCs answer UNAVAILABLE", choices=CONTROL_MODES)
+         "'none': load every model at start, load/unload RPCs answer UNAVAILABLE; 'explicit': load the "
+         "--load-model models at start, then load, reload and unload through the RPCs; 'poll': load every "
+         "model, then follow the repository's changes every --repository-poll-secs", choices=CONTROL_MODES)
+    load_env = os.environ.get(ENV_PREFIX + "LOAD_MODEL")
+    serve.add_argument(
+        "--load-model", action="append", metavar="NAME", default=load_env.split(",") if load_env else None,
+        help="explicit mode: a model to load at start (repeat; '*' loads all) "
+        f"(env {ENV_PREFIX}LOAD_MODEL, ','-separated)",
+    )
+    flag("repository-poll-secs", defaults.repository_poll_secs, "poll mode: seconds between repository scans", type=float)
     flag("strict-readiness", defaults.strict_readiness,
          "ready only when every startup model is READY (false: ready once startup ends)", type=_bool)
     flag("exit-timeout-secs", defaults.exit_timeout_secs,
@@ -95,8 +104,12 @@ def parse_settings(argv: Sequence[str]) -> Settings:
     # argparse converts string defaults (environment values) with `type`, but checks no choices there.
     if args.model_control_mode not in CONTROL_MODES:
         parser.error(f"--model-control-mode must be one of {CONTROL_MODES}, got '{args.model_control_mode}'")
-    values = {k: v for k, v in vars(args).items() if k not in ("command", "model_repository")}
-    return Settings(model_repositories=tuple(repositories), **values)
+    if args.load_model and args.model_control_mode != "explicit":
+        parser.error("--load-model needs --model-control-mode explicit")
+    if args.repository_poll_secs <= 0:
+        parser.error("--repository-poll-secs must be > 0")
+    values = {k: v for k, v in vars(args).items() if k not in ("command", "model_repository", "load_model")}
+    return Settings(model_repositories=tuple(repositories), load_models=tuple(args.load_model or ()), **values)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

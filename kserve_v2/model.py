@@ -37,6 +37,8 @@ class ModelVersion:
         self.spec = ModelSpec.from_config(config)
         self.stats = ModelStats()
         self.inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._session = session
         instances = sum(g.count for g in config.instance_group) or 1
         self._executor = ThreadPoolExecutor(max_workers=instances, thread_name_prefix=f"ort-{name}-{version}")
@@ -62,6 +64,21 @@ class ModelVersion:
         outputs = await asyncio.get_running_loop().run_in_executor(self._executor, execute)
         finished = time.perf_counter_ns()
         return outputs, started - submitted, finished - started
+
+    def hold(self) -> None:
+        """A request starts using this version (event loop only)."""
+        self.inflight += 1
+        self._idle.clear()
+
+    def release(self) -> None:
+        """A request is done with this version (event loop only)."""
+        self.inflight -= 1
+        if not self.inflight:
+            self._idle.set()
+
+    async def drained(self) -> None:
+        """Wait until no request uses this version."""
+        await self._idle.wait()
 
     def close(self) -> None:
         """Wait for running executions and release the session (blocking)."""

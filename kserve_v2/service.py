@@ -10,10 +10,11 @@ import time
 
 from kserve_v2 import __version__
 from kserve_v2._proto import grpc_service_pb2 as pb
-from kserve_v2.errors import InternalError, ServerError, Unavailable, Unsupported
+from kserve_v2.errors import InternalError, InvalidInput, ServerError, Unavailable, Unsupported
 from kserve_v2.inference import decode_request, encode_response
 from kserve_v2.model import ModelVersion
 from kserve_v2.repository.manager import ModelManager
+from kserve_v2.repository.overrides import parse_load_parameters
 
 # Extensions this server implements (Triton's names, ServerMetadata.extensions).
 EXTENSIONS = ("model_repository", "model_configuration", "statistics")
@@ -39,7 +40,7 @@ class InferenceService:
         manager: the model lifecycle.
         state: readiness inputs.
         server_name: ServerMetadata name (``triton`` for clients that check it).
-        control_mode: model control mode; only ``none`` so far, which refuses load/unload.
+        control_mode: model control mode; only ``explicit`` allows load and unload RPCs.
     """
 
     def __init__(self, manager: ModelManager, state: ServerState, server_name: str, control_mode: str) -> None:
@@ -156,23 +157,37 @@ class InferenceService:
         return response
 
     async def repository_model_load(self, request: pb.RepositoryModelLoadRequest) -> pb.RepositoryModelLoadResponse:
-        """Load or reload a model; refused unless the control mode is explicit.
+        """Load, or reload, a model (``config`` and ``file:`` parameters as Triton takes them).
 
         Raises:
-            Unavailable: control mode ``none`` (Triton's answer) -> UNAVAILABLE.
+            Unavailable: control mode is not explicit (Triton's answer) -> UNAVAILABLE.
+            InvalidInput: unsafe name or file path, unknown parameter -> INVALID_ARGUMENT.
+            InternalError: unknown model or failed load ("failed to load ...") -> INTERNAL.
         """
-        raise Unavailable(self._control_mode_refusal())
+        self._require_explicit()
+        overrides = parse_load_parameters(request.parameters)
+        await self._manager.load(_model_name(request), overrides)
+        return pb.RepositoryModelLoadResponse()
 
     async def repository_model_unload(self, request: pb.RepositoryModelUnloadRequest) -> pb.RepositoryModelUnloadResponse:
-        """Unload a model; refused unless the control mode is explicit.
+        """Unload a model after its in-flight requests finish (``unload_dependents`` is accepted: no ensembles).
 
         Raises:
-            Unavailable: control mode ``none`` (Triton's answer) -> UNAVAILABLE.
+            Unavailable: control mode is not explicit (Triton's answer) -> UNAVAILABLE.
+            InvalidInput: an unknown parameter -> INVALID_ARGUMENT.
         """
-        raise Unavailable(self._control_mode_refusal())
+        self._require_explicit()
+        for key, value in request.parameters.items():
+            if key != "unload_dependents" or value.WhichOneof("parameter_choice") != "bool_param":
+                raise InvalidInput(f"Unrecognized unload parameter '{key}'")
+        await self._manager.unload(_model_name(request))
+        return pb.RepositoryModelUnloadResponse()
 
-    def _control_mode_refusal(self) -> str:
-        return f"explicit model load / unload is not allowed if model control mode is '{self._control_mode}'"
+    def _require_explicit(self) -> None:
+        if self._control_mode != "explicit":
+            raise Unavailable(
+                f"explicit model load / unload is not allowed if model control mode is '{self._control_mode}'"
+            )
 
     # ---- extensions not provided yet -------------------------------------------------------
 
@@ -189,3 +204,9 @@ class InferenceService:
         """Raise UNIMPLEMENTED for an extension this server does not provide."""
         raise Unsupported(f"{feature} is not supported by this server")
 
+
+def _model_name(request: pb.RepositoryModelLoadRequest | pb.RepositoryModelUnloadRequest) -> str:
+    """The model name; KServe's proto puts it in field 1 (Triton's repository_name) with no parameters."""
+    if not request.model_name and request.repository_name and not request.parameters:
+        return request.repository_name
+    return request.model_name

@@ -18,6 +18,8 @@ class Settings:
     grpc_port: int = 8001
     server_name: str = "kserve_v2"
     model_control_mode: str = "none"
+    load_models: tuple[str, ...] = ()
+    repository_poll_secs: float = 15.0
     strict_readiness: bool = True
     exit_timeout_secs: int = 30
     log_verbose: int = 0

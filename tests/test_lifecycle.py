@@ -102,7 +102,7 @@ def test_not_ready_while_startup_models_load(tmp_path) -> None:
             assert client.is_server_ready() and client.is_model_ready("slow_to_load")
             assert health.Check(health_pb2.HealthCheckRequest(), timeout=2).status == health_pb2.HealthCheckResponse.SERVING
         log = server.log()
-        assert re.search(r"loaded model 'slow_to_load' version 1 in \d+\.\d ms", log)
+        assert re.search(r"loaded model 'slow_to_load' versions \[1\] in \d+\.\d ms \(RSS [+-]\d+\.\d MiB\)", log)
         assert "execution provider: CPU" in log or "execution provider: CUDA" in log
         assert "[E:onnxruntime" not in log and "Error" not in log, "CUDA detection must be quiet on CPU hosts"
     finally:

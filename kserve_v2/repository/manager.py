@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import gc
 import logging
+import os
+import shutil
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -20,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.errors import InternalError, InvalidInput, NotFound, Unavailable
+from kserve_v2.errors import InternalError, InvalidInput, NotFound, ServerError, Unavailable
 from kserve_v2.model import ModelVersion
 from kserve_v2.repository import layout
-from kserve_v2.repository.loader import load_model
+from kserve_v2.repository.loader import LoadResult, load_model
+from kserve_v2.repository.overrides import LoadOverrides, write_private_folder
 
 log = logging.getLogger(__name__)
 
@@ -73,81 +77,165 @@ class ModelManager:
         repositories: repository root folders.
         gpus: CUDA devices usable by ONNX Runtime (0 on CPU hosts).
         on_change: called on the event loop after any state change (readiness, health).
+        ready_when_empty: readiness when no model was asked for at start (explicit mode: True).
     """
 
-    def __init__(self, repositories: list[Path], gpus: int, on_change: Callable[[], None]) -> None:
+    def __init__(self, repositories: list[Path], gpus: int, on_change: Callable[[], None],
+                 ready_when_empty: bool = False) -> None:
         self._repositories = repositories
         self._gpus = gpus
         self._on_change = on_change
+        self._ready_when_empty = ready_when_empty
         self._records: dict[str, ModelRecord] = {}
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._startup: set[str] = set()
+        self._retiring: set[asyncio.Task[None]] = set()
 
-    async def load_startup_models(self) -> None:
-        """Load every model folder of every repository (control mode ``none``)."""
-        names = sorted(layout.model_dirs(self._repositories))
+    def model_names(self) -> list[str]:
+        """Every model folder name in the repositories."""
+        return sorted(layout.model_dirs(self._repositories))
+
+    async def load_startup_models(self, names: list[str]) -> None:
+        """Load the models of the startup set; readiness waits for exactly these."""
         self._startup.update(names)
         for name in names:
-            await self.load(name)
+            try:
+                await self.load(name)
+            except ServerError:
+                continue  # logged by load; the model's versions carry the reason
 
-    async def load(self, name: str) -> None:
-        """Load every version of ``name`` selected by its version policy.
+    async def load(self, name: str, overrides: LoadOverrides = LoadOverrides()) -> None:
+        """Load ``name``, or reload it when loaded.
 
-        The result is recorded in the model's states; a failed load leaves the versions
-        UNAVAILABLE with the reason.
+        A reload keeps every READY version serving until its replacement is READY; a version
+        whose new load fails keeps serving the old one. Replaced and dropped versions unload in
+        the background once their in-flight requests finish.
 
         Raises:
             InvalidInput: an unsafe model name -> INVALID_ARGUMENT.
-            InternalError: no such folder in any repository (Triton's text) -> INTERNAL.
+            InternalError: no such folder ("failed to poll from model repository"), or nothing
+                could be loaded ("failed to load '<m>': <reason>") -> INTERNAL.
         """
         layout.validate_model_name(name)
         async with self._locks[name]:
-            dirs = layout.model_dirs(self._repositories).get(name)
-            if not dirs:
-                raise InternalError(f"failed to load '{name}', failed to poll from model repository")
-            record = self._records.setdefault(name, ModelRecord(name))
-            if len(dirs) > 1:
-                record.error = f"model '{name}' appears in more than one model repository"
-                self._set_failed(record, layout.version_dirs(dirs[0]), record.error)
-                return
-            for status in record.versions.values():
-                status.state = State.LOADING
-            self._on_change()
-            started = time.perf_counter()
-            result = await asyncio.to_thread(load_model, dirs[0], name, self._gpus)
+            folder = self._folder(name, overrides)
+            try:
+                record = self._records.setdefault(name, ModelRecord(name))
+                for version in layout.version_dirs(folder):
+                    record.versions.setdefault(version, VersionStatus(State.LOADING))
+                self._on_change()
+                started, rss_before = time.perf_counter(), _rss_bytes()
+                result = await asyncio.to_thread(load_model, folder, name, self._gpus, overrides.config_json)
+            finally:
+                if overrides.files:
+                    shutil.rmtree(folder, ignore_errors=True)
             elapsed_ms = (time.perf_counter() - started) * 1000
-            record.config, record.error = result.config, result.error
-            if result.error:
-                log.error("failed to load model '%s' in %.1f ms: %s", name, elapsed_ms, result.error)
-                self._set_failed(record, layout.version_dirs(dirs[0]), result.error)
+            error = self._apply(record, result)
+            memory = (_rss_bytes() - rss_before) / 2**20
+            if error:
+                log.error("failed to load model '%s' in %.1f ms (RSS %+.1f MiB): %s", name, elapsed_ms, memory, error)
+                raise InternalError(f"failed to load '{name}': {error}")
+            log.info("loaded model '%s' versions %s in %.1f ms (RSS %+.1f MiB)",
+                     name, sorted(result.loaded), elapsed_ms, memory)
+
+    def _folder(self, name: str, overrides: LoadOverrides) -> Path:
+        if overrides.files:
+            return write_private_folder(overrides.files)
+        dirs = layout.model_dirs(self._repositories).get(name)
+        if not dirs:
+            raise InternalError(f"failed to load '{name}', failed to poll from model repository")
+        if len(dirs) > 1:
+            raise InternalError(f"failed to load '{name}': the model appears in more than one model repository")
+        return dirs[0]
+
+    def _apply(self, record: ModelRecord, result: LoadResult) -> str:
+        """Swap a load's outcome into the record; returns the failure reason when nothing new is READY."""
+        old = record.versions
+        serving = {v: s for v, s in old.items() if s.state is State.READY and s.model is not None}
+        new: dict[int, VersionStatus] = {}
+        for version, model in result.loaded.items():
+            new[version] = VersionStatus(State.READY, "", model)
+        for version, reason in result.failed.items():
+            log.error("%s", reason)
+            new[version] = serving.get(version) or VersionStatus(State.UNAVAILABLE, reason)
+        if result.error:
+            if serving:  # a failed reload keeps what serves
+                new = dict(serving)
+            else:
+                new = {v: VersionStatus(State.UNAVAILABLE, result.error) for v in old} or {}
+                record.error = result.error
+        else:
+            record.config, record.error = result.config, ""
+        keep = {id(s.model) for s in new.values() if s.model is not None}
+        for status in serving.values():
+            if id(status.model) not in keep:
+                assert status.model is not None
+                self._retire(status.model)
+        for version, status in old.items():
+            if version not in new and status.state is State.READY:
+                new[version] = VersionStatus(State.UNAVAILABLE, "unloaded")
+        record.versions = new
+        self._on_change()
+        if result.error:
+            return result.error
+        return "" if result.loaded else "; ".join(result.failed.values())
+
+    async def unload(self, name: str) -> None:
+        """Unload every version of ``name``: drain in-flight requests, then free the sessions.
+
+        Unloading a model that is not loaded succeeds (Triton). Names are not traversal-checked
+        here: nothing touches the file system.
+        """
+        async with self._locks[name]:
+            record = self._records.get(name)
+            self._startup.discard(name)  # unloaded on purpose: readiness no longer waits for it
+            if record is None:
                 return
-            record.versions = {v: VersionStatus(State.READY, "", m) for v, m in result.loaded.items()}
-            for version, reason in result.failed.items():
-                log.error("%s", reason)
-                record.versions[version] = VersionStatus(State.UNAVAILABLE, reason)
-            for version in sorted(result.loaded):
-                log.info("loaded model '%s' version %d in %.1f ms", name, version, elapsed_ms)
+            models = [s.model for s in record.versions.values() if s.model is not None]
+            for status in record.versions.values():
+                if status.model is not None:
+                    status.state, status.reason = State.UNLOADING, ""
+            self._on_change()
+            started, rss_before = time.perf_counter(), _rss_bytes()
+            for model in models:
+                await self._close(model)
+            for status in record.versions.values():
+                status.state, status.reason, status.model = State.UNAVAILABLE, "unloaded", None
+            self._on_change()
+            log.info("unloaded model '%s' in %.1f ms (RSS %+.1f MiB)", name,
+                     (time.perf_counter() - started) * 1000, (_rss_bytes() - rss_before) / 2**20)
+
+    def forget(self, name: str) -> None:
+        """Drop the record of a model whose folder is gone (poll mode, after ``unload``)."""
+        record = self._records.get(name)
+        if record is not None and all(s.model is None for s in record.versions.values()):
+            del self._records[name]
             self._on_change()
 
-    def _set_failed(self, record: ModelRecord, versions: list[int], reason: str) -> None:
-        record.versions = {v: VersionStatus(State.UNAVAILABLE, reason) for v in versions}
-        self._on_change()
+    def _retire(self, model: ModelVersion) -> None:
+        task = asyncio.get_running_loop().create_task(self._close(model))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    @staticmethod
+    async def _close(model: ModelVersion) -> None:
+        await model.drained()
+        await asyncio.to_thread(model.close)
+        gc.collect()
 
     async def close(self) -> None:
         """Unload every version (server exit)."""
-        for record in self._records.values():
-            for status in record.versions.values():
-                if status.model is not None:
-                    await asyncio.to_thread(status.model.close)
-                    status.model = None
-                    status.state, status.reason = State.UNAVAILABLE, "unloaded"
+        for name in list(self._records):
+            await self.unload(name)
+        if self._retiring:
+            await asyncio.gather(*self._retiring)
 
     # ---- queries -------------------------------------------------------------------------
 
     def startup_models_ready(self) -> bool:
-        """True when at least one model was loaded at start and every one of them is READY."""
+        """True when every model loaded at start is READY (models loaded on demand later do not count)."""
         if not self._startup:
-            return False
+            return self._ready_when_empty
         for name in self._startup:
             record = self._records.get(name)
             if record is None or record.error or not record.versions:
@@ -228,13 +316,13 @@ class ModelManager:
 
     @contextmanager
     def acquire(self, name: str, version: str) -> Iterator[ModelVersion]:
-        """Resolve and hold a version for the duration of a request (counted in ``inflight``)."""
+        """Resolve and hold a version for the duration of a request (unload waits for it)."""
         model = self.resolve(name, version)
-        model.inflight += 1
+        model.hold()
         try:
             yield model
         finally:
-            model.inflight -= 1
+            model.release()
 
 
 def parse_version(version: str) -> int:
@@ -250,3 +338,12 @@ def parse_version(version: str) -> int:
             "(details: not an integer), version should be an integral value > 0"
         )
     return int(version)
+
+
+def _rss_bytes() -> int:
+    """Resident set size of this process (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0

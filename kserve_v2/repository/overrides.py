@@ -1,0 +1,109 @@
+"""RepositoryModelLoad parameters: the ``config`` override and ``file:<path>`` files.
+
+Semantics are Triton's (``triton-protocol-notes.md`` section 3): ``config`` is ModelConfig JSON
+that replaces config.pbtxt for this load; ``file:<version>/<path>`` parameters (bytes) form a
+whole override model folder and require ``config``; any other key is rejected. Override files
+are written only into a fresh private directory per load. Every path is checked first
+(``hardening-notes.md`` attack 15): nothing is written for a request with one bad path.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from kserve_v2.errors import InvalidInput
+
+FILE_PREFIX = "file:"
+MAX_COMPONENT_BYTES = 255
+MAX_DEPTH = 16
+MAX_FILES = 64
+
+
+@dataclass(frozen=True)
+class LoadOverrides:
+    """What a load request asks beyond "load this folder".
+
+    Attributes:
+        config_json: ModelConfig JSON replacing config.pbtxt, or None.
+        files: relative path -> content, forming the model folder (empty: use the repository's).
+    """
+
+    config_json: str | None = None
+    files: Mapping[str, bytes] = field(default_factory=dict)
+
+
+def parse_load_parameters(parameters: Mapping[str, object]) -> LoadOverrides:
+    """Read RepositoryModelLoad parameters (``ModelRepositoryParameter`` messages).
+
+    Raises:
+        InvalidInput: an unknown key or a wrong type (Triton: "Unrecognized load parameter"),
+            ``file:`` without ``config``, or an unsafe file path -> INVALID_ARGUMENT.
+    """
+    config_json: str | None = None
+    files: dict[str, bytes] = {}
+    for key, value in parameters.items():
+        kind = value.WhichOneof("parameter_choice") or "unset"  # type: ignore[attr-defined]
+        if key == "config" and kind == "string_param":
+            config_json = value.string_param  # type: ignore[attr-defined]
+        elif key.startswith(FILE_PREFIX) and kind == "bytes_param":
+            files[check_relative_path(key[len(FILE_PREFIX):])] = value.bytes_param  # type: ignore[attr-defined]
+        else:
+            raise InvalidInput(f"Unrecognized load parameter '{key}' with type '{kind.removesuffix('_param')}'")
+    if files and config_json is None:
+        raise InvalidInput("file: load parameters need a 'config' parameter too")
+    if len(files) > MAX_FILES:
+        raise InvalidInput(f"at most {MAX_FILES} file: load parameters are accepted")
+    return LoadOverrides(config_json, files)
+
+
+def check_relative_path(path: str) -> str:
+    """Return ``path`` if it is a safe relative path inside a model folder.
+
+    Rejects empty, absolute, ``.``/``..`` components, backslashes and NUL, components over 255
+    bytes and paths deeper than 16 components.
+
+    Raises:
+        InvalidInput: the path is unsafe -> INVALID_ARGUMENT.
+    """
+    parts = path.split("/")
+    if not path or path.startswith("/") or "\\" in path or "\0" in path:
+        raise InvalidInput(f"file: path '{path[:300]}' must be a non-empty relative path")
+    if len(parts) > MAX_DEPTH:
+        raise InvalidInput(f"file: path '{path[:300]}' is deeper than {MAX_DEPTH} components")
+    for part in parts:
+        if part.strip() in ("", ".", ".."):
+            raise InvalidInput(f"file: path '{path[:300]}' has an empty, '.' or '..' component")
+        if len(part.encode("utf-8")) > MAX_COMPONENT_BYTES:
+            raise InvalidInput(f"file: path has a component longer than {MAX_COMPONENT_BYTES} bytes")
+    return str(PurePosixPath(*parts))
+
+
+def write_private_folder(files: Mapping[str, bytes]) -> Path:
+    """Write override files into a new private directory (mode 0700) and return it.
+
+    The directory is new and holds only what is written here, so no symlink can redirect a
+    write; every target is still checked to resolve inside it.
+
+    Raises:
+        InvalidInput: a path that leaves the folder or cannot be written -> INVALID_ARGUMENT;
+            nothing is left behind.
+    """
+    root = Path(tempfile.mkdtemp(prefix="kserve_v2_override_")).resolve()
+    try:
+        for relative, content in files.items():
+            target = (root / relative).resolve()
+            if not target.is_relative_to(root) or target == root:
+                raise InvalidInput(f"file: path '{relative}' leaves the model folder")
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content)
+            except OSError as err:  # e.g. "a" and "a/b": a file where a folder must go
+                raise InvalidInput(f"file: path '{relative}' cannot be written: {err.strerror}") from None
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return root

@@ -1,0 +1,61 @@
+"""Control mode ``poll``: rescan the repositories and follow what changed on disk.
+
+Every ``--repository-poll-secs`` a model folder that appeared is loaded, one whose files changed
+(name, size or mtime of any file under it, config.pbtxt and version folders included) is
+reloaded, and one that disappeared is unloaded (Triton ``model_management.md``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+from kserve_v2.errors import ServerError
+from kserve_v2.repository import layout
+from kserve_v2.repository.manager import ModelManager
+
+log = logging.getLogger(__name__)
+
+Snapshot = dict[str, frozenset[tuple[str, int, int]]]
+MAX_FILES_PER_MODEL = 10_000
+
+
+def snapshot(repositories: list[Path]) -> Snapshot:
+    """Fingerprint of every model folder: (relative path, size, mtime ns) of each file (blocking)."""
+    result: Snapshot = {}
+    for name, dirs in layout.model_dirs(repositories).items():
+        files: set[tuple[str, int, int]] = set()
+        for folder in dirs:
+            for root, _, names in os.walk(folder):
+                for file in names:
+                    path = Path(root, file)
+                    try:
+                        stat = path.stat()
+                    except OSError:
+                        continue
+                    files.add((str(path.relative_to(folder)), stat.st_size, stat.st_mtime_ns))
+                    if len(files) >= MAX_FILES_PER_MODEL:
+                        break
+        result[name] = frozenset(files)
+    return result
+
+
+async def poll(manager: ModelManager, repositories: list[Path], interval_secs: float, previous: Snapshot) -> None:
+    """Run forever (until cancelled), applying each change found on disk."""
+    while True:
+        await asyncio.sleep(interval_secs)
+        current = await asyncio.to_thread(snapshot, repositories)
+        for name in sorted(current):
+            if current[name] != previous.get(name):
+                log.info("poll: model folder '%s' %s", name, "changed" if name in previous else "appeared")
+                try:
+                    await manager.load(name)
+                except ServerError:
+                    pass  # logged by load; the versions carry the reason
+        for name in sorted(set(previous) - set(current)):
+            log.info("poll: model folder '%s' disappeared", name)
+            await manager.unload(name)
+            manager.forget(name)
+        previous = current
