@@ -10,6 +10,7 @@ swapping or removing a version never pulls it from under a running request.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import enum
 import gc
 import logging
@@ -222,6 +223,7 @@ class ModelManager:
         await model.drained()
         await asyncio.to_thread(model.close)
         gc.collect()
+        _trim_heap()
 
     async def close(self) -> None:
         """Unload every version (server exit)."""
@@ -347,3 +349,11 @@ def _rss_bytes() -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def _trim_heap() -> None:
+    """Give freed heap pages back to the OS (glibc keeps them mapped after a session closes)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc
