@@ -1,4 +1,4 @@
-"""Composition root: builds the manager, service and gRPC server, and runs their lifetime.
+"""Composition root: builds the manager, service, gRPC server and REST server, and runs their lifetime.
 
 Lifecycle (``hardening-notes.md`` pain point 7): the port opens first (live, not ready); startup
 models load; readiness turns on. On SIGTERM/SIGINT readiness turns off at once, new calls get
@@ -19,6 +19,8 @@ from kserve_v2.repository.manager import ModelManager
 from kserve_v2.runtime.device import cuda_device_count
 from kserve_v2.service import InferenceService, ServerState
 from kserve_v2.settings import Settings
+from transcoding.rest import build_app
+from transcoding.server import HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,10 @@ class App:
                                     ready_when_empty=settings.model_control_mode == "explicit")
         self.service = InferenceService(self.manager, self.state, settings.server_name, settings.model_control_mode)
         self.server, self.health, self.grpc_port = build_server(self.service, settings)
+        self.http: HttpServer | None = None
+        if settings.allow_http:
+            self.http = HttpServer(build_app(self.service, settings.http_max_input_size), settings.http_address,
+                                   settings.http_port, settings.exit_timeout_secs)
         self._health_update: asyncio.Task[None] | None = None
 
     def _on_change(self) -> None:
@@ -54,12 +60,18 @@ class App:
         await self._publish_health()
         await self.server.start()
         log.info("gRPC server listening on %s:%d", self.settings.grpc_address, self.grpc_port)
+        if self.http is not None:
+            port = await self.http.start()
+            log.info("HTTP server listening on %s:%d", self.settings.http_address, port)
         startup = loop.create_task(self._start_models())  # in poll mode it goes on polling
         await stop.wait()
         log.info("shutting down: readiness off, waiting up to %d s for in-flight requests", self.settings.exit_timeout_secs)
         self.state.draining = True
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace=self.settings.exit_timeout_secs)
+        stopping = [self.server.stop(grace=self.settings.exit_timeout_secs)]
+        if self.http is not None:
+            stopping.append(self.http.stop())
+        await asyncio.gather(*stopping)
         startup.cancel()
         await self.manager.close()
         log.info("server stopped")

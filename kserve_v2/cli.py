@@ -42,8 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve",
-        help="serve a model repository over gRPC",
-        description="Serve a Triton-style model repository over the KServe V2 gRPC protocol. "
+        help="serve a model repository over gRPC and REST",
+        description="Serve a Triton-style model repository over the KServe V2 protocol (gRPC and REST). "
         f"Every flag can also be set with an environment variable {ENV_PREFIX}<FLAG>, e.g. {ENV_PREFIX}GRPC_PORT.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -59,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     flag("grpc-address", defaults.grpc_address, "address the gRPC server binds")
     flag("grpc-port", defaults.grpc_port, "gRPC port (0 picks a free one and logs it)", type=int)
+    flag("allow-http", defaults.allow_http, "serve the V2 REST API", type=_bool)
+    flag("http-address", defaults.http_address, "address the HTTP server binds")
+    flag("http-port", defaults.http_port, "HTTP port (0 picks a free one and logs it)", type=int)
+    flag("http-max-input-size", defaults.http_max_input_size,
+         "largest HTTP request body in bytes, after decompression (larger gets 413)", type=int)
     flag("server-name", defaults.server_name, "name in ServerMetadata; use 'triton' for clients that check it")
     flag("model-control-mode", defaults.model_control_mode,
          "'none': load every model at start, load/unload RPCs answer UNAVAILABLE; 'explicit': load the "
@@ -108,6 +113,8 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         parser.error("--load-model needs --model-control-mode explicit")
     if args.repository_poll_secs <= 0:
         parser.error("--repository-poll-secs must be > 0")
+    if args.http_max_input_size <= 0:
+        parser.error("--http-max-input-size must be > 0")
     values = {k: v for k, v in vars(args).items() if k not in ("command", "model_repository", "load_model")}
     return Settings(model_repositories=tuple(repositories), load_models=tuple(args.load_model or ()), **values)
 

@@ -56,6 +56,12 @@ class Unsupported(ServerError):
     code = ErrorCode.UNIMPLEMENTED
 
 
+class TooLarge(ServerError):
+    """A request over a configured size limit (RESOURCE_EXHAUSTED / 413)."""
+
+    code = ErrorCode.RESOURCE_EXHAUSTED
+
+
 class InternalError(ServerError):
     """Execution or load failure inside the server (INTERNAL / 500)."""
 

@@ -16,6 +16,10 @@ class Settings:
     model_repositories: tuple[Path, ...]
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
+    allow_http: bool = True
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000
+    http_max_input_size: int = 64 * 2**20
     server_name: str = "kserve_v2"
     model_control_mode: str = "none"
     load_models: tuple[str, ...] = ()

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "model_repository"
 SHARED_MODELS = ROOT.parent / "shared" / "models"
 _LISTENING = re.compile(r"gRPC server listening on [^:]+:(\d+)")
+_HTTP_LISTENING = re.compile(r"HTTP server listening on [^:]+:(\d+)")
 _STARTED = ("server is ready", "server is live but not ready")
 
 
@@ -32,10 +33,15 @@ class Server:
     proc: subprocess.Popen
     port: int
     log_path: Path
+    http_port: int = 0
 
     @property
     def url(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
 
     def log(self) -> str:
         return self.log_path.read_text()
@@ -53,15 +59,17 @@ def start_server(repository: Path, log_dir: Path, *args: str, timeout: float = 6
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "kserve_v2", "serve", "--model-repository", str(repository),
-             "--grpc-address", "127.0.0.1", "--grpc-port", "0", *args],
+             "--grpc-address", "127.0.0.1", "--grpc-port", "0", "--http-address", "127.0.0.1", "--http-port", "0",
+             *args],
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         text = log_path.read_text()
         match = _LISTENING.search(text)
-        if match and (not wait_startup or any(marker in text for marker in _STARTED)):
-            return Server(proc, int(match.group(1)), log_path)
+        http = _HTTP_LISTENING.search(text)
+        if match and http and (not wait_startup or any(marker in text for marker in _STARTED)):
+            return Server(proc, int(match.group(1)), log_path, int(http.group(1)))
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{text}")
         time.sleep(0.05)

@@ -1,0 +1,294 @@
+"""REST on the V2 HTTP protocol: tritonclient.http, plain HTTP, the protocol's example, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+import tritonclient.http.aio as aiohttpclient
+from onnx import TensorProto, helper
+from tritonclient.utils import InferenceServerException
+
+from helpers import EXAMPLES, add_model, identity_model, make_model, start_server
+
+A = np.arange(16, dtype=np.int32).reshape(1, 16)
+B = np.full((1, 16), 2, dtype=np.int32)
+
+
+def http(server, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+    """(status, headers, body) of one plain HTTP request."""
+    request = urllib.request.Request(f"http://{server.http_url}{path}", data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, dict(reply.headers), reply.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+
+
+def http_early_reply(server, path: str, body: bytes, headers: dict) -> int:
+    """Status of a request the server may answer before reading the whole body (a too large one)."""
+    import socket
+
+    head = "".join(f"{k}: {v}\r\n" for k, v in {**headers, "Content-Length": len(body), "Connection": "close"}.items())
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=30) as sock:
+        try:
+            sock.sendall(f"POST {path} HTTP/1.1\r\nHost: test\r\n{head}\r\n".encode() + body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server answered and closed before the body was sent: read that answer
+        return int(sock.recv(64).split()[1])
+
+
+@pytest.fixture
+def hclient(example_server):
+    client = httpclient.InferenceServerClient(example_server.http_url)
+    yield client
+    client.close()
+
+
+def _inputs(a=A, b=B, binary0=False, binary1=True):
+    inputs = [httpclient.InferInput("INPUT0", list(a.shape), "INT32"), httpclient.InferInput("INPUT1", list(b.shape), "INT32")]
+    inputs[0].set_data_from_numpy(a, binary_data=binary0)
+    inputs[1].set_data_from_numpy(b, binary_data=binary1)
+    return inputs
+
+
+def test_health_metadata_config_stats_index(hclient, example_server) -> None:
+    assert hclient.is_server_live() and hclient.is_server_ready()
+    assert hclient.is_model_ready("simple") and not hclient.is_model_ready("no_such_model")
+    assert hclient.get_server_metadata()["name"] == "kserve_v2"
+    metadata = hclient.get_model_metadata("simple")
+    assert metadata["versions"] == ["1"] and metadata["inputs"][0] == {"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]}
+    config = hclient.get_model_config("simple")
+    assert config["max_batch_size"] == 8 and config["input"][0]["data_type"] == "TYPE_INT32"
+    assert config["input"][0]["dims"] == [16] and config["input"][0]["format"] == "FORMAT_NONE"
+    assert config["version_policy"]["latest"]["num_versions"] == 1
+    hclient.infer("simple", _inputs())
+    stats = hclient.get_inference_statistics("simple")["model_stats"]
+    assert len(stats) == 1 and stats[0]["inference_count"] >= 1 and isinstance(stats[0]["inference_stats"]["success"]["ns"], int)
+    assert len(hclient.get_inference_statistics()["model_stats"]) >= 5
+    index = hclient.get_model_repository_index()
+    assert {"name": "simple", "version": "1", "state": "READY"} in index
+    # KServe's REST client reads these JSON bodies
+    for path, expected in (("/v2/health/live", {"live": True}), ("/v2/health/ready", {"ready": True}),
+                           ("/v2/models/simple/ready", {"name": "simple", "ready": True}), ("/", {"live": True})):
+        status, _, body = http(example_server, "GET", path)
+        assert status == 200 and json.loads(body) == expected
+    status, _, body = http(example_server, "GET", "/v2/models/no_such_model/ready")
+    assert status == 400 and json.loads(body) == {"name": "no_such_model", "ready": False}
+
+
+def test_infer_mixed_json_and_binary_with_compression(hclient) -> None:
+    outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True),
+               httpclient.InferRequestedOutput("OUTPUT1", binary_data=False)]
+    for request_c, response_c in ((None, None), ("gzip", "gzip"), ("deflate", "deflate"), ("gzip", "deflate")):
+        result = hclient.infer("simple", _inputs(), outputs=outputs, request_id="7", query_params={"test_1": 1},
+                               headers={"x-test": "1"}, request_compression_algorithm=request_c,
+                               response_compression_algorithm=response_c)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), A - B)
+        response = result.get_response()
+        assert response["id"] == "7"
+        assert response["outputs"][0]["parameters"]["binary_data_size"] == 64
+        assert response["outputs"][1]["data"] == (A - B).reshape(-1).tolist()
+    all_json = hclient.infer("simple", _inputs(binary1=False), outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)])
+    np.testing.assert_array_equal(all_json.as_numpy("OUTPUT0"), A + B)
+    omitted = hclient.infer("simple", _inputs())  # outputs=None: every output, binary
+    assert [o["name"] for o in omitted.get_response()["outputs"]] == ["OUTPUT0", "OUTPUT1"]
+
+
+def test_bytes_with_nul_over_binary_and_json(hclient) -> None:
+    data = np.array([[b"he\x00llo", b"\x00\x01\x02\x03", "é".encode()]], dtype=np.object_)
+    for binary in (True, False):
+        tensor = httpclient.InferInput("INPUT0", [1, 3], "BYTES")
+        tensor.set_data_from_numpy(data, binary_data=binary)
+        out = hclient.infer("simple_identity", [tensor], outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary)])
+        got = out.as_numpy("OUTPUT0")
+        assert [x if isinstance(x, bytes) else x.encode() for x in got.reshape(-1)] == list(data.reshape(-1)), binary
+
+
+def test_aio_client(example_server) -> None:
+    async def run() -> None:
+        client = aiohttpclient.InferenceServerClient(example_server.http_url)
+        try:
+            assert await client.is_server_ready()
+            inputs = [aiohttpclient.InferInput("INPUT0", [1, 16], "INT32"), aiohttpclient.InferInput("INPUT1", [1, 16], "INT32")]
+            inputs[0].set_data_from_numpy(A)
+            inputs[1].set_data_from_numpy(B)
+            results = await asyncio.gather(*(client.infer("simple", inputs) for _ in range(4)))
+            for result in results:
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
+        finally:
+            await client.close()
+
+    asyncio.run(run())
+
+
+def test_raw_binary_request(example_server) -> None:
+    data = np.arange(8, dtype=np.float32)
+    status, headers, body = http(example_server, "POST", "/v2/models/identity_fp32/infer", data.tobytes(),
+                                 {"Inference-Header-Content-Length": "0"})
+    assert status == 200, body
+    length = int(headers["inference-header-content-length"])
+    header = json.loads(body[:length])
+    assert header["outputs"][0]["shape"] == [1, 8]
+    np.testing.assert_array_equal(np.frombuffer(body[length:], np.float32), data)
+
+
+def test_protocol_document_example(tmp_path) -> None:
+    """The V2 protocol's inference example, byte for byte where the document is consistent.
+
+    The document's input1 is shape [3] with one value; three values are sent here.
+    """
+    constant = helper.make_node("Constant", [], ["output0"], value=helper.make_tensor(
+        "c", TensorProto.FLOAT, [3, 2], [1.0, 1.1, 2.0, 2.1, 3.0, 3.1]))
+    model = make_model([constant, helper.make_node("Identity", ["input0"], ["unused0"]),
+                        helper.make_node("Identity", ["input1"], ["unused1"])],
+                       [("input0", TensorProto.UINT32, [2, 2]), ("input1", TensorProto.BOOL, [3])],
+                       [("output0", TensorProto.FLOAT, [3, 2]), ("unused0", TensorProto.UINT32, [2, 2]),
+                        ("unused1", TensorProto.BOOL, [3])])
+    add_model(tmp_path / "repo", "mymodel", model, "max_batch_size: 0")
+    server = start_server(tmp_path / "repo", tmp_path)
+    try:
+        request = {"id": "42", "inputs": [
+            {"name": "input0", "shape": [2, 2], "datatype": "UINT32", "data": [1, 2, 3, 4]},
+            {"name": "input1", "shape": [3], "datatype": "BOOL", "data": [True, False, True]}],
+            "outputs": [{"name": "output0"}]}
+        status, headers, body = http(server, "POST", "/v2/models/mymodel/infer", json.dumps(request).encode(),
+                                     {"Content-Type": "application/json"})
+        assert status == 200 and headers["content-type"] == "application/json"
+        assert json.loads(body) == {"model_name": "mymodel", "model_version": "1", "id": "42", "outputs": [
+            {"name": "output0", "shape": [3, 2], "datatype": "FP32", "data": [1.0, 1.1, 2.0, 2.1, 3.0, 3.1]}]}
+    finally:
+        assert server.stop() == 0
+
+
+BAD = [  # (path, JSON body, gRPC status the same request gets, HTTP status)
+    ("/v2/models/no_such_model/infer", {"inputs": []}, "NOT_FOUND", 404),
+    ("/v2/models/simple/versions/9/infer", {"inputs": []}, "NOT_FOUND", 404),
+    ("/v2/models/simple/infer", {"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": [0.5] * 16}]},
+     "INVALID_ARGUMENT", 400),
+    ("/v2/models/simple/infer", {"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))}]},
+     "INVALID_ARGUMENT", 400),
+    ("/v2/models/simple/infer", {"inputs": [{"name": n, "shape": [9, 16], "datatype": "INT32", "data": [0] * 144}
+                                            for n in ("INPUT0", "INPUT1")]}, "INVALID_ARGUMENT", 400),
+    ("/v2/models/simple/infer", {"inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "data": [0] * 16}
+                                            for n in ("INPUT0", "INPUT1")],
+                                 "outputs": [{"name": "OUTPUT0"}, {"name": "OUTPUT0"}]}, "INVALID_ARGUMENT", 400),
+]
+
+
+@pytest.mark.parametrize("case", range(len(BAD)))
+def test_same_error_class_as_grpc(example_server, case: int) -> None:
+    import tritonclient.grpc as grpcclient
+
+    path, body, grpc_status, http_status = BAD[case]
+    status, _, reply = http(example_server, "POST", path, json.dumps(body).encode())
+    assert status == http_status and "error" in json.loads(reply)
+    parts = path.split("/")
+    model, version = parts[3], parts[5] if "versions" in parts else ""
+    inputs = []
+    for item in body["inputs"]:
+        tensor = grpcclient.InferInput(item["name"], item["shape"], item["datatype"])
+        tensor.set_data_from_numpy(np.array(item["data"], dtype=np.float32 if item["datatype"] == "FP32" else np.int32)
+                                   .reshape(item["shape"]))
+        inputs.append(tensor)
+    outputs = [grpcclient.InferRequestedOutput(o["name"]) for o in body.get("outputs", [])] or None
+    with grpcclient.InferenceServerClient(example_server.url) as client, pytest.raises(InferenceServerException) as err:
+        client.infer(model, inputs, model_version=version, outputs=outputs)
+    assert err.value.status() == f"StatusCode.{grpc_status}"
+    assert err.value.message() == json.loads(reply)["error"], "one error mapping, one message"
+
+
+def test_same_outputs_as_grpc(example_server, hclient) -> None:
+    import tritonclient.grpc as grpcclient
+
+    with grpcclient.InferenceServerClient(example_server.url) as client:
+        tensors = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+        tensors[0].set_data_from_numpy(A)
+        tensors[1].set_data_from_numpy(B)
+        over_grpc = client.infer("simple", tensors)
+    over_rest = hclient.infer("simple", _inputs())
+    for name in ("OUTPUT0", "OUTPUT1"):
+        np.testing.assert_array_equal(over_grpc.as_numpy(name), over_rest.as_numpy(name))
+
+
+def test_limits_and_malformed_bodies(tmp_path) -> None:
+    server = start_server(EXAMPLES, tmp_path, "--http-max-input-size", str(2**20))
+    try:
+        path = "/v2/models/identity_fp32/infer"
+        header = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 2**18 + 8], "datatype": "FP32",
+                                         "parameters": {"binary_data_size": 4 * (2**18 + 8)}}]}).encode()
+        status = http_early_reply(server, path, header + b"\0" * 4 * (2**18 + 8),
+                                  {"Inference-Header-Content-Length": str(len(header))})
+        assert status == 413
+        bomb = gzip.compress(b"{" + b" " * (4 * 2**20) + b"}")
+        status, _, _ = http(server, "POST", path, bomb, {"Content-Encoding": "gzip"})
+        assert status == 413
+        expanding = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 2**20], "datatype": "FP32", "data": [0]}]})
+        assert http(server, "POST", path, expanding.encode())[0] == 413  # declared size checked before allocating
+        deep = b"[" * 120 + b"]" * 120
+        assert http(server, "POST", path, deep)[0] == 400
+        ok_depth = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "FP32",
+                                           "data": json.loads("[" * 48 + "1.5" + "]" * 48)}]}).encode()
+        assert http(server, "POST", path, ok_depth)[0] == 200
+        very_deep = b"[" * 250_000 + b"]" * 250_000
+        assert http(server, "POST", "/v2/repository/index", very_deep)[0] in (400, 413)
+        for bad_length in ("99999999999", "-1", "abc"):
+            assert http(server, "POST", path, b"{}", {"Inference-Header-Content-Length": bad_length})[0] == 400
+        fp16 = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "FP16", "data": [1.0]}]})
+        status, _, body = http(server, "POST", path, fp16.encode())
+        assert status == 400 and "FP16" in json.loads(body)["error"]
+        for garbage in (b"not json", b"[]", b'{"inputs": 3}', b'{"inputs": [{"name": "INPUT0"}]}'):
+            assert http(server, "POST", path, garbage)[0] == 400
+        assert http(server, "PUT", "/v2/health/live")[0] == 405
+        assert http(server, "GET", "/v2/nothing/here")[0] == 404
+        assert http(server, "GET", "/v2/health/live")[0] == 200
+    finally:
+        assert server.stop() == 0
+
+
+def test_model_control_over_http(tmp_path) -> None:
+    repository = tmp_path / "repo"
+    add_model(repository, "ident", identity_model(TensorProto.FLOAT))
+    server = start_server(repository, tmp_path, "--model-control-mode", "explicit")
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        assert client.get_model_repository_index() == [{"name": "ident"}]
+        client.load_model("ident", config=json.dumps({"max_batch_size": "16"}))
+        assert client.get_model_config("ident")["max_batch_size"] == 16
+        model = identity_model(TensorProto.FLOAT).SerializeToString()
+        client.load_model("fresh", config="{}", files={"file:2/model.onnx": model})
+        assert client.get_model_metadata("fresh")["versions"] == ["2"]
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model("../etc")  # the path itself does not match a route
+        assert err.value.status() == "404"
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model(" ..")  # reaches the name check
+        assert err.value.status() == "400"
+        status, _, body = http(server, "POST", "/v2/repository/models/fresh/load",
+                               json.dumps({"parameters": {"config": "{}", "file:1/model.onnx": "not base64!"}}).encode())
+        assert status == 400 and "base64" in json.loads(body)["error"]
+        client.unload_model("ident")
+        assert not client.is_model_ready("ident")
+        assert {"name": "ident", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"} in client.get_model_repository_index()
+        status, _, body = http(server, "POST", "/v2/repository/models/wrong_model_name/load")  # empty body accepted
+        assert status == 500 and "failed to load" in json.loads(body)["error"]
+    finally:
+        client.close()
+        assert server.stop() == 0
+
+
+def test_not_ready_and_draining_answers(tmp_path) -> None:
+    (tmp_path / "repo").mkdir()
+    server = start_server(tmp_path / "repo", tmp_path)
+    try:
+        status, _, body = http(server, "GET", "/v2/health/ready")
+        assert status == 400 and json.loads(body) == {"ready": False}
+    finally:
+        assert server.stop() == 0

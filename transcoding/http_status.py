@@ -1,0 +1,38 @@
+"""ErrorCode -> HTTP status: the one table for every HTTP route, and the error body.
+
+Triton's mapping (``HttpCodeFromError``, ``hardening-notes.md`` section 4), with the notes'
+recommendations where they differ: 413 for an oversized request, 499/504 for cancel/deadline.
+Bodies are ``{"error": "<message>"}`` (V2 protocol).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from starlette.responses import JSONResponse
+
+from kserve_v2.errors import ErrorCode, ServerError
+
+log = logging.getLogger(__name__)
+
+TO_HTTP: Final[dict[ErrorCode, int]] = {
+    ErrorCode.INVALID_ARGUMENT: 400,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.UNIMPLEMENTED: 501,
+    ErrorCode.RESOURCE_EXHAUSTED: 413,
+    ErrorCode.ALREADY_EXISTS: 400,
+    ErrorCode.DEADLINE_EXCEEDED: 504,
+    ErrorCode.CANCELLED: 499,
+    ErrorCode.INTERNAL: 500,
+}
+
+
+def error_response(err: BaseException) -> JSONResponse:
+    """The HTTP answer for any exception; unexpected ones are logged once and hidden as 500."""
+    if isinstance(err, ServerError):
+        log.debug("request failed: %s", err)
+        return JSONResponse({"error": str(err)}, status_code=TO_HTTP[err.code])
+    log.error("unexpected error while serving a request", exc_info=err)
+    return JSONResponse({"error": "Internal server error"}, status_code=500)

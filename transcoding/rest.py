@@ -1,0 +1,228 @@
+"""REST on the V2 HTTP protocol with Triton's extensions: every route is a transcoder.
+
+A route parses HTTP into the protobuf request the gRPC servicer would receive, calls the same
+``InferenceService`` method, and renders its protobuf response as JSON (``triton-protocol-notes.md``
+2.2-2.3, ``open-inference-rest.txt``). Errors come from the one table in ``http_status``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from kserve_v2._proto import grpc_service_pb2 as pb
+from kserve_v2.errors import InvalidInput, TooLarge
+from kserve_v2.service import InferenceService
+from transcoding.http_status import error_response
+from transcoding.json_pb import message_to_json
+from transcoding.json_tensors import load_json, parse_infer_request, raw_binary_request, render_infer_response
+
+HEADER_LENGTH = "inference-header-content-length"
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def build_app(service: InferenceService, max_input_bytes: int) -> Starlette:
+    """The ASGI application of every V2 route.
+
+    Args:
+        service: the one request path.
+        max_input_bytes: largest request body, after decompression (413 above it).
+    """
+
+    def route(handler: Callable[[Request], Awaitable[Response]]) -> Handler:
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Exception as err:  # noqa: BLE001 - every failure becomes a status and {"error"}
+                return error_response(err)
+        return endpoint
+
+    def path(request: Request) -> tuple[str, str]:
+        return request.path_params["model"], request.path_params.get("version", "")
+
+    async def live(_: Request) -> Response:
+        return _health({"live": service.server_live(pb.ServerLiveRequest()).live}, "live")
+
+    async def ready(_: Request) -> Response:
+        return _health({"ready": service.server_ready(pb.ServerReadyRequest()).ready}, "ready")
+
+    async def server_metadata(_: Request) -> Response:
+        return JSONResponse(message_to_json(service.server_metadata(pb.ServerMetadataRequest())))
+
+    async def model_ready(request: Request) -> Response:
+        name, version = path(request)
+        is_ready = service.model_ready(pb.ModelReadyRequest(name=name, version=version)).ready
+        return _health({"name": name, "ready": is_ready}, "ready")
+
+    async def model_metadata(request: Request) -> Response:
+        name, version = path(request)
+        return JSONResponse(message_to_json(service.model_metadata(pb.ModelMetadataRequest(name=name, version=version))))
+
+    async def model_config(request: Request) -> Response:
+        name, version = path(request)
+        config = service.model_config(pb.ModelConfigRequest(name=name, version=version)).config
+        return JSONResponse(message_to_json(config))
+
+    async def model_stats(request: Request) -> Response:
+        name, version = request.path_params.get("model", ""), request.path_params.get("version", "")
+        stats = service.model_statistics(pb.ModelStatisticsRequest(name=name, version=version))
+        return JSONResponse(message_to_json(stats))
+
+    async def infer(request: Request) -> Response:
+        name, version = path(request)
+        body = await _read_body(request, max_input_bytes)
+        length = request.headers.get(HEADER_LENGTH)
+        header_length = _header_length(length)
+        if header_length == 0:
+            metadata = service.model_metadata(pb.ModelMetadataRequest(name=name, version=version))
+            parsed = raw_binary_request(body, name, version, metadata)
+        else:
+            parsed = parse_infer_request(body, header_length, name, version, max_input_bytes)
+        response = await service.model_infer(parsed.request)
+        content, json_length = render_infer_response(response, parsed)
+        headers = {} if json_length is None else {"Inference-Header-Content-Length": str(json_length)}
+        media = "application/json" if json_length is None else "application/octet-stream"
+        return _compressed(content, request.headers.get("accept-encoding", ""), headers, media)
+
+    async def repository_index(request: Request) -> Response:
+        body = load_json(await _read_body(request, max_input_bytes))
+        ready = bool(body.get("ready", False)) if isinstance(body, dict) else False
+        index = service.repository_index(pb.RepositoryIndexRequest(ready=ready))
+        rows = [{k: v for k, v in message_to_json(m).items() if v != "" or k == "name"} for m in index.models]
+        return JSONResponse(rows)
+
+    async def load(request: Request) -> Response:
+        body = load_json(await _read_body(request, max_input_bytes))
+        message = pb.RepositoryModelLoadRequest(model_name=request.path_params["model"])
+        for key, value in _repository_parameters(body).items():
+            _load_parameter(message.parameters[key], key, value)
+        await service.repository_model_load(message)
+        return JSONResponse({})
+
+    async def unload(request: Request) -> Response:
+        body = load_json(await _read_body(request, max_input_bytes))
+        message = pb.RepositoryModelUnloadRequest(model_name=request.path_params["model"])
+        for key, value in _repository_parameters(body).items():
+            if not isinstance(value, bool):
+                raise InvalidInput(f"Unrecognized unload parameter '{key}'")
+            message.parameters[key].bool_param = value
+        await service.repository_model_unload(message)
+        return JSONResponse({})
+
+    model = "/v2/models/{model}"
+    versioned = "/v2/models/{model}/versions/{version}"
+    routes = [
+        Route("/", route(live), methods=["GET"]),
+        Route("/v2", route(server_metadata), methods=["GET"]),
+        Route("/v2/health/live", route(live), methods=["GET"]),
+        Route("/v2/health/ready", route(ready), methods=["GET"]),
+        Route("/v2/models/stats", route(model_stats), methods=["GET"]),
+        Route("/v2/repository/index", route(repository_index), methods=["POST"]),
+        Route("/v2/repository/models/{model}/load", route(load), methods=["POST"]),
+        Route("/v2/repository/models/{model}/unload", route(unload), methods=["POST"]),
+    ]
+    for prefix in (model, versioned):
+        routes += [
+            Route(prefix, route(model_metadata), methods=["GET"]),
+            Route(prefix + "/ready", route(model_ready), methods=["GET"]),
+            Route(prefix + "/config", route(model_config), methods=["GET"]),
+            Route(prefix + "/stats", route(model_stats), methods=["GET"]),
+            Route(prefix + "/infer", route(infer), methods=["POST"]),
+        ]
+
+    async def http_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+
+
+def _health(body: dict[str, Any], key: str) -> Response:
+    """200 with the JSON body when true, 400 when false (V2: 4xx means false; KServe clients read the body)."""
+    return JSONResponse(body, status_code=200 if body[key] else 400)
+
+
+def _header_length(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not value.isdigit() or len(value) > 18:
+        raise InvalidInput(f"Inference-Header-Content-Length '{value[:40]}' is not a valid length")
+    return int(value)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, decompressed (Content-Encoding gzip or deflate), never more than ``limit`` bytes.
+
+    Raises:
+        TooLarge: over the limit before or after decompression -> 413.
+        InvalidInput: corrupt compressed data or an unknown encoding -> 400.
+    """
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise TooLarge(f"request body of {declared} bytes is over the {limit}-byte limit (--http-max-input-size)")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(f"request body is over the {limit}-byte limit (--http-max-input-size)")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise InvalidInput(f"unsupported Content-Encoding '{encoding}': use gzip or deflate")
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
+    try:
+        data = inflater.decompress(body, limit + 1)
+    except zlib.error as err:
+        raise InvalidInput(f"corrupt {encoding} body: {err}") from None
+    if len(data) > limit or inflater.unconsumed_tail:
+        raise TooLarge(f"decompressed request body is over the {limit}-byte limit (--http-max-input-size)")
+    return data
+
+
+def _compressed(content: bytes, accept: str, headers: dict[str, str], media: str) -> Response:
+    """Compress with gzip or deflate when the client accepts it (Triton's response compression)."""
+    accepted = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    if "gzip" in accepted:
+        content, headers = gzip.compress(content, compresslevel=1), {**headers, "Content-Encoding": "gzip"}
+    elif "deflate" in accepted:
+        content, headers = zlib.compress(content, 1), {**headers, "Content-Encoding": "deflate"}
+    return Response(content, media_type=media, headers=headers)
+
+
+def _repository_parameters(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise InvalidInput("the request body must be a JSON object")
+    parameters = body.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise InvalidInput("'parameters' must be a JSON object")
+    return parameters
+
+
+def _load_parameter(target: pb.ModelRepositoryParameter, key: str, value: Any) -> None:
+    """``config`` is a JSON string; ``file:`` contents are base64 over HTTP (Triton)."""
+    if key.startswith("file:") and isinstance(value, str):
+        try:
+            target.bytes_param = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidInput(f"load parameter '{key}' is not valid base64") from None
+    elif isinstance(value, bool):
+        target.bool_param = value
+    elif isinstance(value, int) and -(2**63) <= value < 2**63:
+        target.int64_param = value
+    elif isinstance(value, str):
+        target.string_param = value
+    else:
+        raise InvalidInput(f"Unrecognized load parameter '{key}'")
