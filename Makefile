@@ -6,7 +6,7 @@ SHARED ?= ../shared
 REPO ?= examples/model_repository
 PROTO_OUT := kserve_v2/_proto
 
-.PHONY: venv proto examples models serve test bench clean
+.PHONY: venv browser proto examples models serve test bench clean
 
 # One environment holds the server, the code generator and the test clients (tritonclient).
 $(BIN)/kserve-v2: pyproject.toml constraints.txt
@@ -16,6 +16,12 @@ $(BIN)/kserve-v2: pyproject.toml constraints.txt
 	touch $@
 
 venv: $(BIN)/kserve-v2
+
+# Headless Chromium for the test that renders /docs (Debian's package; root or sudo needed once).
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 # Regenerate the gRPC modules; protos/ is mapped onto the package path so imports stay package-qualified.
 proto: venv
@@ -34,7 +40,7 @@ models: venv
 serve: venv
 	$(BIN)/kserve-v2 serve --model-repository $(REPO)
 
-test: venv
+test: venv browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: venv

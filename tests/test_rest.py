@@ -244,7 +244,8 @@ def test_limits_and_malformed_bodies(tmp_path) -> None:
         fp16 = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 1], "datatype": "FP16", "data": [1.0]}]})
         status, _, body = http(server, "POST", path, fp16.encode())
         assert status == 400 and "FP16" in json.loads(body)["error"]
-        for garbage in (b"not json", b"[]", b'{"inputs": 3}', b'{"inputs": [{"name": "INPUT0"}]}'):
+        huge_dim = b'{"inputs": [{"name": "INPUT0", "shape": [6587395401693649698816], "datatype": "FP32", "data": []}]}'
+        for garbage in (b"not json", b"[]", b'{"inputs": 3}', b'{"inputs": [{"name": "INPUT0"}]}', huge_dim):
             assert http(server, "POST", path, garbage)[0] == 400
         assert http(server, "PUT", "/v2/health/live")[0] == 405
         assert http(server, "GET", "/v2/nothing/here")[0] == 404

@@ -159,8 +159,8 @@ def _add_input(request: pb.ModelInferRequest, item: Any, binary: memoryview, off
         raise InvalidInput("each input must be an object with a 'name'")
     name, datatype, shape = item["name"], item.get("datatype"), item.get("shape")
     if not isinstance(datatype, str) or not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) for d in shape):
-        raise InvalidInput(f"input '{name}' needs a 'datatype' string and a 'shape' list of integers")
+            isinstance(d, int) and not isinstance(d, bool) and -(2**63) <= d < 2**63 for d in shape):
+        raise InvalidInput(f"input '{name}' needs a 'datatype' string and a 'shape' list of int64 integers")
     tensor = request.inputs.add(name=name, datatype=datatype, shape=shape)
     parameters = _parameters(item, f"input '{name}'")
     size = parameters.pop("binary_data_size", None)

@@ -14,11 +14,13 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import swagger_ui_bundle
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput, TooLarge
@@ -26,8 +28,17 @@ from kserve_v2.service import InferenceService
 from transcoding.http_status import error_response
 from transcoding.json_pb import message_to_json
 from transcoding.json_tensors import load_json, parse_infer_request, raw_binary_request, render_infer_response
+from transcoding.openapi import openapi_document
 
 HEADER_LENGTH = "inference-header-content-length"
+# Swagger UI from the swagger-ui-bundle package's files: the page works with no network.
+DOCS_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>kserve_v2 REST API</title>
+<link rel="stylesheet" href="/docs/assets/swagger-ui.css"></head>
+<body><div id="swagger-ui"></div><script src="/docs/assets/swagger-ui-bundle.js"></script>
+<script>window.ui = SwaggerUIBundle({url: "/api-doc/openapi.json", dom_id: "#swagger-ui"});</script>
+</body></html>
+"""
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -119,6 +130,14 @@ def build_app(service: InferenceService, max_input_bytes: int) -> Starlette:
         await service.repository_model_unload(message)
         return JSONResponse({})
 
+    document = openapi_document()
+
+    async def docs(_: Request) -> Response:
+        return HTMLResponse(DOCS_PAGE)
+
+    async def openapi(_: Request) -> Response:
+        return JSONResponse(document)
+
     model = "/v2/models/{model}"
     versioned = "/v2/models/{model}/versions/{version}"
     routes = [
@@ -130,6 +149,9 @@ def build_app(service: InferenceService, max_input_bytes: int) -> Starlette:
         Route("/v2/repository/index", route(repository_index), methods=["POST"]),
         Route("/v2/repository/models/{model}/load", route(load), methods=["POST"]),
         Route("/v2/repository/models/{model}/unload", route(unload), methods=["POST"]),
+        Route("/docs", docs, methods=["GET"]),
+        Route("/api-doc/openapi.json", openapi, methods=["GET"]),
+        Mount("/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets"),
     ]
     for prefix in (model, versioned):
         routes += [

@@ -1,0 +1,78 @@
+"""API discovery: the OpenAPI document is true to the routes, fuzzing it finds no crash, /docs renders."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+
+from helpers import ROOT
+
+LIST_ROUTES = """
+from starlette.routing import Route
+from transcoding.rest import build_app
+print(sorted((r.path, m) for r in build_app(None, 1).routes if isinstance(r, Route) for m in r.methods if m != "HEAD"))
+"""
+
+
+def _get(server, path: str) -> bytes:
+    with urllib.request.urlopen(f"http://{server.http_url}{path}", timeout=30) as reply:
+        return reply.read()
+
+
+def test_openapi_document_lists_exactly_the_routes(example_server) -> None:
+    document = json.loads(_get(example_server, "/api-doc/openapi.json"))
+    assert document["openapi"].startswith("3.")
+    documented = sorted((path, method.upper()) for path, item in document["paths"].items() for method in item)
+    routes = subprocess.run([sys.executable, "-c", LIST_ROUTES], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert documented == [tuple(r) for r in eval(routes.stdout)]  # noqa: S307 - our own subprocess's repr
+
+
+def test_fuzzed_requests_get_documented_answers_and_never_crash(example_server) -> None:
+    """schemathesis generates requests for every documented operation from the OpenAPI document."""
+    schema = schemathesis.openapi.from_url(f"http://{example_server.http_url}/api-doc/openapi.json")
+    problems: list[str] = []
+    operations = 0
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        operations += 1
+        documented = operation.definition.raw["responses"]
+
+        @given(operation.as_strategy())
+        @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        def check(case) -> None:
+            response = case.call()
+            if response.status_code == 500 and "Internal server error" in response.text:
+                problems.append(f"crash: {case.method} {case.formatted_path}: {response.text[:200]}")
+            elif str(response.status_code) not in documented and response.status_code not in (404, 405):
+                problems.append(f"undocumented {response.status_code}: {case.method} {case.formatted_path}: "
+                                f"{response.text[:200]}")
+
+        check()
+    document = json.loads(_get(example_server, "/api-doc/openapi.json"))
+    # schemathesis leaves out the URL it read the schema from
+    assert operations == sum(len(item) for item in document["paths"].values()) - 1
+    assert problems == []
+    with urllib.request.urlopen(f"http://{example_server.http_url}/v2/health/live", timeout=10) as live:
+        assert live.status == 200
+
+
+def test_docs_page_renders_the_api_in_a_real_browser(example_server, tmp_path) -> None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert browser, "chromium is needed: `make test` installs it (Debian package chromium)"
+    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=15000"]
+    url = f"http://{example_server.http_url}/docs"
+    dom = subprocess.run(flags + ["--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+    assert "/v2/models/{model}/infer" in dom and "swagger-ui" in dom, dom[:500]
+    shot = tmp_path / "docs.png"
+    subprocess.run(flags + ["--window-size=1280,1600", f"--screenshot={shot}", url], capture_output=True, timeout=120)
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 30_000, "the page rendered blank"

@@ -1,0 +1,136 @@
+"""The OpenAPI 3 document of every REST route (served at /api-doc/openapi.json, shown at /docs).
+
+Kept true by ``tests/test_rest_docs.py``, which compares it with the application's routes and
+fuzzes the server with schemathesis from it. Shapes follow the V2 protocol
+(``kserve-v2-predict-protocol.txt``) and Triton's extensions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kserve_v2 import __version__, datatypes
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+_DIMS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+
+
+def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    text = {400: "invalid request", 404: "unknown model or version", 413: "request over --http-max-input-size",
+            500: "execution or load failure", 501: "unsupported feature", 503: "model not ready, control mode, or exiting"}
+    return {str(code): _json(_ERROR, text[code]) for code in codes}
+
+
+def _parameters(*names: str) -> list[dict[str, Any]]:
+    return [{"name": n, "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[^/]+$"}} for n in names]
+
+
+def _health(key: str, what: str) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {key: {"type": "boolean"}}, "required": [key]}
+    return {"get": {"summary": what, "responses": {"200": _json(schema, "true"), "400": _json(schema, "false")}}}
+
+
+def _model_routes(prefix: str, names: tuple[str, ...]) -> dict[str, Any]:
+    params = _parameters(*names)
+    ready = {"type": "object", "properties": {"name": {"type": "string"}, "ready": {"type": "boolean"}}}
+    return {
+        prefix: {"get": {"summary": "Model metadata", "parameters": params, "responses": {
+            "200": _json({"$ref": "#/components/schemas/ModelMetadata"}), **_errors(400, 404, 503)}}},
+        prefix + "/ready": {"get": {"summary": "Model readiness", "parameters": params, "responses": {
+            "200": _json(ready, "ready"), "400": _json(ready, "not ready")}}},
+        prefix + "/config": {"get": {"summary": "Model configuration (Triton's ModelConfig JSON)", "parameters": params,
+                                     "responses": {"200": _json({"type": "object"}), **_errors(400, 404, 503)}}},
+        prefix + "/stats": {"get": {"summary": "Inference statistics of the model", "parameters": params,
+                                    "responses": {"200": _json({"$ref": "#/components/schemas/Statistics"}),
+                                                  **_errors(400, 404, 503)}}},
+        prefix + "/infer": {"post": {
+            "summary": "Inference (JSON, or Triton's binary tensor data extension)", "parameters": params + [{
+                "name": "Inference-Header-Content-Length", "in": "header", "required": False,
+                "description": "length of the JSON header when binary tensor data follows it; 0 for a raw binary body",
+                "schema": {"type": "integer", "minimum": 0}}],
+            "requestBody": {"required": True, "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/InferRequest"}},
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
+            "responses": {"200": {"description": "outputs; binary ones follow the JSON header", "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/InferResponse"}},
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
+                **_errors(400, 404, 413, 500, 501, 503)}}},
+    }
+
+
+def _schemas() -> dict[str, Any]:
+    tensor_meta = {"type": "object", "properties": {"name": {"type": "string"}, "datatype": {"type": "string"},
+                                                    "shape": {"type": "array", "items": {"type": "integer"}}}}
+    parameters = {"type": "object", "additionalProperties": {"oneOf": [
+        {"type": "string"}, {"type": "number"}, {"type": "boolean"}]}}
+    request_input = {"type": "object", "required": ["name", "shape", "datatype"], "properties": {
+        "name": {"type": "string"}, "shape": _DIMS, "datatype": {"type": "string", "enum": [d.v2 for d in datatypes.TABLE]},
+        "parameters": parameters, "data": {"type": "array", "items": {}}}}
+    duration = {"type": "object", "properties": {"count": {"type": "integer"}, "ns": {"type": "integer"}}}
+    return {
+        "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+        "ServerMetadata": {"type": "object", "properties": {"name": {"type": "string"}, "version": {"type": "string"},
+                                                            "extensions": {"type": "array", "items": {"type": "string"}}}},
+        "ModelMetadata": {"type": "object", "properties": {
+            "name": {"type": "string"}, "versions": {"type": "array", "items": {"type": "string"}},
+            "platform": {"type": "string"}, "inputs": {"type": "array", "items": tensor_meta},
+            "outputs": {"type": "array", "items": tensor_meta}}},
+        "InferRequest": {"type": "object", "required": ["inputs"], "properties": {
+            "id": {"type": "string"}, "parameters": parameters, "inputs": {"type": "array", "items": request_input},
+            "outputs": {"type": "array", "items": {"type": "object", "required": ["name"], "properties": {
+                "name": {"type": "string"}, "parameters": parameters}}}}},
+        "InferResponse": {"type": "object", "properties": {
+            "model_name": {"type": "string"}, "model_version": {"type": "string"}, "id": {"type": "string"},
+            "outputs": {"type": "array", "items": {"type": "object", "properties": {
+                "name": {"type": "string"}, "datatype": {"type": "string"},
+                "shape": {"type": "array", "items": {"type": "integer"}}, "parameters": parameters,
+                "data": {"type": "array", "items": {}}}}}}},
+        "Statistics": {"type": "object", "properties": {"model_stats": {"type": "array", "items": {
+            "type": "object", "properties": {"name": {"type": "string"}, "version": {"type": "string"},
+                                             "inference_count": {"type": "integer"}, "execution_count": {"type": "integer"},
+                                             "inference_stats": {"type": "object", "additionalProperties": duration}}}}}},
+        "IndexEntry": {"type": "object", "required": ["name"], "properties": {
+            "name": {"type": "string"}, "version": {"type": "string"}, "reason": {"type": "string"},
+            "state": {"type": "string", "enum": ["READY", "UNAVAILABLE", "LOADING", "UNLOADING"]}}},
+        "RepositoryRequest": {"type": "object", "properties": {"parameters": {
+            "type": "object", "description": "load: 'config' (ModelConfig JSON) and 'file:<path>' (base64); "
+                                             "unload: 'unload_dependents' (boolean)",
+            "additionalProperties": {"oneOf": [{"type": "string"}, {"type": "boolean"}]}}}},
+    }
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.0 document of the REST API."""
+    paths: dict[str, Any] = {
+        "/": _health("live", "Liveness (same as /v2/health/live)"),
+        "/v2/health/live": _health("live", "Liveness: the process serves requests"),
+        "/v2/health/ready": _health("ready", "Readiness: startup models READY and not draining"),
+        "/v2": {"get": {"summary": "Server metadata", "responses": {
+            "200": _json({"$ref": "#/components/schemas/ServerMetadata"})}}},
+        "/v2/models/stats": {"get": {"summary": "Inference statistics of every model", "responses": {
+            "200": _json({"$ref": "#/components/schemas/Statistics"})}}},
+        "/v2/repository/index": {"post": {
+            "summary": "Every model folder with its versions' states", "requestBody": {"required": False, "content": {
+                "application/json": {"schema": {"type": "object", "properties": {"ready": {"type": "boolean"}}}}}},
+            "responses": {"200": _json({"type": "array", "items": {"$ref": "#/components/schemas/IndexEntry"}}),
+                          **_errors(400, 413)}}},
+        "/docs": {"get": {"summary": "This API, in Swagger UI", "responses": {
+            "200": {"description": "HTML page", "content": {"text/html": {"schema": {"type": "string"}}}}}}},
+        "/api-doc/openapi.json": {"get": {"summary": "This document", "responses": {"200": _json({"type": "object"})}}},
+    }
+    for action, what in (("load", "Load or reload a model (explicit control mode)"),
+                         ("unload", "Unload a model after its in-flight requests (explicit control mode)")):
+        paths[f"/v2/repository/models/{{model}}/{action}"] = {"post": {
+            "summary": what, "parameters": _parameters("model"), "requestBody": {"required": False, "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/RepositoryRequest"}}}},
+            "responses": {"200": _json({"type": "object"}), **_errors(400, 404, 413, 500, 503)}}}
+    paths.update(_model_routes("/v2/models/{model}", ("model",)))
+    paths.update(_model_routes("/v2/models/{model}/versions/{version}", ("model", "version")))
+    return {"openapi": "3.0.3",
+            "info": {"title": "kserve_v2", "version": __version__,
+                     "description": "KServe V2 / Open Inference Protocol REST API with Triton's extensions."},
+            "paths": paths, "components": {"schemas": _schemas()}}
