@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -285,11 +287,41 @@ def test_model_control_over_http(tmp_path) -> None:
         assert server.stop() == 0
 
 
-def test_not_ready_and_draining_answers(tmp_path) -> None:
+KSERVE_HEALTH = """
+import asyncio, sys, httpx
+from kserve import InferenceRESTClient, RESTConfig
+async def main(url):
+    client = InferenceRESTClient(config=RESTConfig(protocol="v2"))
+    try:
+        for call in (client.is_server_live(url), client.is_server_ready(url), client.is_model_ready(url, "simple")):
+            try:
+                print(await call)
+            except httpx.HTTPStatusError as err:  # KServe's client raises for any non-2xx answer
+                print(f"HTTP{err.response.status_code}:{err.response.json()}".replace(" ", ""))
+    finally:
+        await client.close()
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def _kserve_health(server) -> list[str]:
+    """KServe's own REST client (in a subprocess: it registers its own inference.* protobuf messages)."""
+    done = subprocess.run([sys.executable, "-c", KSERVE_HEALTH, f"http://{server.http_url}"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_kserve_rest_client_health_calls(example_server) -> None:
+    assert _kserve_health(example_server) == ["True", "True", "True"]
+
+
+def test_not_ready_answers(tmp_path) -> None:
     (tmp_path / "repo").mkdir()
     server = start_server(tmp_path / "repo", tmp_path)
     try:
         status, _, body = http(server, "GET", "/v2/health/ready")
         assert status == 400 and json.loads(body) == {"ready": False}
+        assert _kserve_health(server) == ["True", "HTTP400:{'ready':False}", "False"]
     finally:
         assert server.stop() == 0
