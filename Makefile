@@ -44,7 +44,7 @@ test: venv browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: venv
-	$(BIN)/python benchmarks/grpc_perf.py
+	$(BIN)/python benchmarks/perf.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -48,8 +48,8 @@ def test_fuzzed_requests_get_documented_answers_and_never_crash(example_server) 
         @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         def check(case) -> None:
             response = case.call()
-            if response.status_code == 500 and "Internal server error" in response.text:
-                problems.append(f"crash: {case.method} {case.formatted_path}: {response.text[:200]}")
+            if response.status_code == 500:  # 501/503 are documented answers (e.g. load in control mode none)
+                problems.append(f"500: {case.method} {case.formatted_path}: {response.text[:200]}")
             elif str(response.status_code) not in documented and response.status_code not in (404, 405):
                 problems.append(f"undocumented {response.status_code}: {case.method} {case.formatted_path}: "
                                 f"{response.text[:200]}")

@@ -1,11 +1,11 @@
-"""gRPC throughput and latency with Triton's perf_analyzer, against a server started here.
+"""Throughput and latency with Triton's perf_analyzer, against a server started here.
 
-Runs `simple` at concurrency 1, 4 and 16, and the FP32 identity model with 1 MiB and 16 MiB
-tensors at concurrency 4; prints infer/s, p50/p99 latency (ms) and payload MB/s (request bytes,
-one direction) as a table. perf_analyzer comes from PATH, else from ../shared/tools (a wrapper
+gRPC: `simple` at concurrency 1, 4 and 16, and the FP32 identity model with 1 MiB and 16 MiB
+tensors at concurrency 4. REST: `simple` at concurrency 4 with JSON and with binary tensors.
+Prints infer/s, p50/p99 latency (ms) and payload MB/s (request bytes, one direction). perf_analyzer comes from PATH, else from ../shared/tools (a wrapper
 for machines whose glibc is too old for the PyPI wheel), else `pip install perf-analyzer`.
 
-Usage: python benchmarks/grpc_perf.py [--seconds 5] [--repository examples/model_repository]
+Usage: python benchmarks/perf.py [--seconds 5] [--repository examples/model_repository]
 """
 
 from __future__ import annotations
@@ -36,16 +36,17 @@ def perf_analyzer() -> str:
     sys.exit("perf_analyzer not found: put it on PATH (pip install perf-analyzer) or keep ../shared/tools beside the project")
 
 
-def start_server(repository: Path, log: Path) -> tuple[subprocess.Popen, int]:
+def start_server(repository: Path, log: Path) -> tuple[subprocess.Popen, dict[str, int]]:
     out = open(log, "w")
     proc = subprocess.Popen([sys.executable, "-m", "kserve_v2", "serve", "--model-repository", str(repository),
-                             "--grpc-address", "127.0.0.1", "--grpc-port", "0"], stdout=out, stderr=subprocess.STDOUT,
+                             "--grpc-address", "127.0.0.1", "--grpc-port", "0", "--http-address", "127.0.0.1",
+                             "--http-port", "0"], stdout=out, stderr=subprocess.STDOUT,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     for _ in range(600):
         text = log.read_text()
-        match = re.search(r"listening on [^:]+:(\d+)", text)
-        if match and "server is ready" in text:
-            return proc, int(match.group(1))
+        ports = dict(re.findall(r"(gRPC|HTTP) server listening on [^:]+:(\d+)", text))
+        if len(ports) == 2 and "server is ready" in text:
+            return proc, {"grpc": int(ports["gRPC"]), "http": int(ports["HTTP"])}
         if proc.poll() is not None:
             break
         time.sleep(0.1)
@@ -53,13 +54,16 @@ def start_server(repository: Path, log: Path) -> tuple[subprocess.Popen, int]:
     sys.exit(f"server did not become ready:\n{log.read_text()}")
 
 
-def run(tool: str, port: int, model: str, concurrency: int, seconds: int, shape: str | None, workdir: Path) -> dict[str, float]:
-    report = workdir / f"{model}-{concurrency}-{shape or 'default'}.csv".replace(":", "_")
-    command = [tool, "-m", model, "-i", "grpc", "-u", f"127.0.0.1:{port}", "--concurrency-range", str(concurrency),
+def run(tool: str, ports: dict[str, int], model: str, concurrency: int, seconds: int, shape: str | None,
+        workdir: Path, protocol: str = "grpc", tensor_format: str | None = None) -> dict[str, float]:
+    report = workdir / f"{protocol}-{model}-{concurrency}-{shape or 'default'}-{tensor_format}.csv".replace(":", "_")
+    command = [tool, "-m", model, "-i", protocol, "-u", f"127.0.0.1:{ports[protocol]}", "--concurrency-range", str(concurrency),
                "--measurement-interval", str(seconds * 1000), "--max-trials", "10",
                "--stability-percentage", "25", "-f", str(report)]
     if shape:
         command += ["--shape", shape]
+    if tensor_format:
+        command += ["--input-tensor-format", tensor_format, "--output-tensor-format", tensor_format]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     with open(report) as f:
         row = next(csv.DictReader(f))
@@ -75,21 +79,25 @@ def main() -> None:
     tool = perf_analyzer()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        proc, port = start_server(args.repository, workdir / "server.log")
+        proc, ports = start_server(args.repository, workdir / "server.log")
         rows = []
         try:
             for concurrency in (1, 4, 16):
-                rows.append((f"simple c={concurrency}", 64 * 2, run(tool, port, "simple", concurrency, args.seconds, None, workdir)))
+                result = run(tool, ports, "simple", concurrency, args.seconds, None, workdir)
+                rows.append((f"grpc simple c={concurrency}", 64 * 2, result))
             for label, elements in FP32_ELEMENTS.items():
-                result = run(tool, port, "identity_fp32", 4, args.seconds, f"INPUT0:{elements}", workdir)
-                rows.append((f"identity_fp32 {label} c=4", elements * 4, result))
+                result = run(tool, ports, "identity_fp32", 4, args.seconds, f"INPUT0:{elements}", workdir)
+                rows.append((f"grpc identity_fp32 {label} c=4", elements * 4, result))
+            for tensor_format in ("json", "binary"):
+                result = run(tool, ports, "simple", 4, args.seconds, None, workdir, "http", tensor_format)
+                rows.append((f"http simple {tensor_format} c=4", 64 * 2, result))
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
-    print(f"{'case':<28}{'infer/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'MB/s':>9}")
+    print(f"{'case':<33}{'infer/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'MB/s':>9}")
     for label, request_bytes, result in rows:
         mb_s = result["infer/s"] * request_bytes / 1e6
-        print(f"{label:<28}{result['infer/s']:>10.0f}{result['p50 ms']:>9.2f}{result['p99 ms']:>9.2f}{mb_s:>9.1f}")
+        print(f"{label:<33}{result['infer/s']:>10.0f}{result['p50 ms']:>9.2f}{result['p99 ms']:>9.2f}{mb_s:>9.1f}")
 
 
 if __name__ == "__main__":
