@@ -12,14 +12,16 @@ import logging
 import signal
 
 from grpc_health.v1 import health_pb2
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from kserve_v2.grpc.server import SERVICE_NAME, build_server
+from kserve_v2.metrics import InferenceMetrics
 from kserve_v2.repository import poller
 from kserve_v2.repository.manager import ModelManager
 from kserve_v2.runtime.device import cuda_device_count
 from kserve_v2.service import InferenceService, ServerState
 from kserve_v2.settings import Settings
-from transcoding.rest import build_app
+from transcoding.rest import build_app, build_metrics_app
 from transcoding.server import HttpServer
 
 log = logging.getLogger(__name__)
@@ -33,14 +35,25 @@ class App:
         gpus = cuda_device_count()
         log.info("execution provider: %s", f"CUDA ({gpus} GPU)" if gpus else "CPU (no usable GPU)")
         self.state = ServerState(settings.strict_readiness)
+        registry = None
+        metrics = None
+        if settings.allow_metrics:
+            registry = CollectorRegistry()
+            ProcessCollector(registry=registry)  # process CPU seconds, resident and virtual memory
+            metrics = InferenceMetrics(registry)
         self.manager = ModelManager(list(settings.model_repositories), gpus, self._on_change,
                                     ready_when_empty=settings.model_control_mode == "explicit")
-        self.service = InferenceService(self.manager, self.state, settings.server_name, settings.model_control_mode)
+        self.service = InferenceService(self.manager, self.state, settings.server_name, settings.model_control_mode,
+                                        metrics)
         self.server, self.health, self.grpc_port = build_server(self.service, settings)
         self.http: HttpServer | None = None
         if settings.allow_http:
-            self.http = HttpServer(build_app(self.service, settings.http_max_input_size), settings.http_address,
-                                   settings.http_port, settings.exit_timeout_secs)
+            self.http = HttpServer(build_app(self.service, settings.http_max_input_size, registry),
+                                   settings.http_address, settings.http_port, settings.exit_timeout_secs)
+        self.metrics_server: HttpServer | None = None
+        if registry is not None:
+            self.metrics_server = HttpServer(build_metrics_app(registry), settings.metrics_address,
+                                             settings.metrics_port, settings.exit_timeout_secs)
         self._health_update: asyncio.Task[None] | None = None
 
     def _on_change(self) -> None:
@@ -63,14 +76,16 @@ class App:
         if self.http is not None:
             port = await self.http.start()
             log.info("HTTP server listening on %s:%d", self.settings.http_address, port)
+        if self.metrics_server is not None:
+            port = await self.metrics_server.start()
+            log.info("metrics server listening on %s:%d", self.settings.metrics_address, port)
         startup = loop.create_task(self._start_models())  # in poll mode it goes on polling
         await stop.wait()
         log.info("shutting down: readiness off, waiting up to %d s for in-flight requests", self.settings.exit_timeout_secs)
         self.state.draining = True
         await self.health.enter_graceful_shutdown()
         stopping = [self.server.stop(grace=self.settings.exit_timeout_secs)]
-        if self.http is not None:
-            stopping.append(self.http.stop())
+        stopping += [server.stop() for server in (self.http, self.metrics_server) if server is not None]
         await asyncio.gather(*stopping)
         startup.cancel()
         await self.manager.close()

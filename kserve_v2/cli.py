@@ -64,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
     flag("http-port", defaults.http_port, "HTTP port (0 picks a free one and logs it)", type=int)
     flag("http-max-input-size", defaults.http_max_input_size,
          "largest HTTP request body in bytes, after decompression (larger gets 413)", type=int)
+    flag("allow-metrics", defaults.allow_metrics,
+         "Prometheus metrics at /metrics on the metrics port and the HTTP port", type=_bool)
+    flag("metrics-address", defaults.metrics_address, "address the metrics server binds")
+    flag("metrics-port", defaults.metrics_port, "metrics port (0 picks a free one and logs it)", type=int)
     flag("server-name", defaults.server_name, "name in ServerMetadata; use 'triton' for clients that check it")
     flag("model-control-mode", defaults.model_control_mode,
          "'none': load every model at start, load/unload RPCs answer UNAVAILABLE; 'explicit': load the "

@@ -10,8 +10,9 @@ import time
 
 from kserve_v2 import __version__
 from kserve_v2._proto import grpc_service_pb2 as pb
-from kserve_v2.errors import InternalError, InvalidInput, ServerError, Unavailable, Unsupported
+from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, ServerError, Unavailable, Unsupported
 from kserve_v2.inference import decode_request, encode_response
+from kserve_v2.metrics import InferenceMetrics
 from kserve_v2.model import ModelVersion
 from kserve_v2.repository.manager import ModelManager
 from kserve_v2.repository.overrides import parse_load_parameters
@@ -41,13 +42,16 @@ class InferenceService:
         state: readiness inputs.
         server_name: ServerMetadata name (``triton`` for clients that check it).
         control_mode: model control mode; only ``explicit`` allows load and unload RPCs.
+        metrics: Triton's Prometheus families, or None when metrics are off.
     """
 
-    def __init__(self, manager: ModelManager, state: ServerState, server_name: str, control_mode: str) -> None:
+    def __init__(self, manager: ModelManager, state: ServerState, server_name: str, control_mode: str,
+                 metrics: InferenceMetrics | None = None) -> None:
         self._manager = manager
         self._state = state
         self._server_name = server_name
         self._control_mode = control_mode
+        self._metrics = metrics
 
     # ---- health and metadata -------------------------------------------------------------
 
@@ -127,6 +131,9 @@ class InferenceService:
 
     async def _run(self, request: pb.ModelInferRequest, model: ModelVersion) -> pb.ModelInferResponse:
         started = time.perf_counter_ns()
+        version = str(model.version)
+        if self._metrics is not None:
+            self._metrics.started(model.name, version)
         try:
             decoded = decode_request(request, model.spec)
             decoded_at = time.perf_counter_ns()
@@ -138,13 +145,18 @@ class InferenceService:
                 raise InternalError(f"onnxruntime execution failed for model '{model.name}': {err}") from err
             ran_at = time.perf_counter_ns()
             response = encode_response(request, model.spec, model.version, decoded.outputs, arrays)
-        except BaseException:
-            model.stats.record_failure(time.perf_counter_ns() - started)
+        except BaseException as err:
+            elapsed = time.perf_counter_ns() - started
+            model.stats.record_failure(elapsed)
+            if self._metrics is not None:
+                code = err.code if isinstance(err, ServerError) else ErrorCode.CANCELLED
+                self._metrics.failed(model.name, version, code, elapsed)
             raise
         finished = time.perf_counter_ns()
-        model.stats.record_success(
-            decoded.batch_size, finished - started, queue_ns, decoded_at - started, infer_ns, finished - ran_at
-        )
+        phases = (decoded.batch_size, finished - started, queue_ns, decoded_at - started, infer_ns, finished - ran_at)
+        model.stats.record_success(*phases)
+        if self._metrics is not None:
+            self._metrics.succeeded(model.name, version, *phases)
         return response
 
     # ---- model repository ----------------------------------------------------------------

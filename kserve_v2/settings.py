@@ -20,6 +20,9 @@ class Settings:
     http_address: str = "0.0.0.0"
     http_port: int = 8000
     http_max_input_size: int = 64 * 2**20
+    allow_metrics: bool = True
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int = 8002
     server_name: str = "kserve_v2"
     model_control_mode: str = "none"
     load_models: tuple[str, ...] = ()

@@ -23,6 +23,7 @@ EXAMPLES = ROOT / "examples" / "model_repository"
 SHARED_MODELS = ROOT.parent / "shared" / "models"
 _LISTENING = re.compile(r"gRPC server listening on [^:]+:(\d+)")
 _HTTP_LISTENING = re.compile(r"HTTP server listening on [^:]+:(\d+)")
+_METRICS_LISTENING = re.compile(r"metrics server listening on [^:]+:(\d+)")
 _STARTED = ("server is ready", "server is live but not ready")
 
 
@@ -34,6 +35,7 @@ class Server:
     port: int
     log_path: Path
     http_port: int = 0
+    metrics_port: int = 0
 
     @property
     def url(self) -> str:
@@ -60,7 +62,7 @@ def start_server(repository: Path, log_dir: Path, *args: str, timeout: float = 6
         proc = subprocess.Popen(
             [sys.executable, "-m", "kserve_v2", "serve", "--model-repository", str(repository),
              "--grpc-address", "127.0.0.1", "--grpc-port", "0", "--http-address", "127.0.0.1", "--http-port", "0",
-             *args],
+             "--metrics-address", "127.0.0.1", "--metrics-port", "0", *args],
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
     deadline = time.monotonic() + timeout
@@ -68,8 +70,10 @@ def start_server(repository: Path, log_dir: Path, *args: str, timeout: float = 6
         text = log_path.read_text()
         match = _LISTENING.search(text)
         http = _HTTP_LISTENING.search(text)
-        if match and http and (not wait_startup or any(marker in text for marker in _STARTED)):
-            return Server(proc, int(match.group(1)), log_path, int(http.group(1)))
+        metrics = _METRICS_LISTENING.search(text)
+        if match and (not wait_startup or any(marker in text for marker in _STARTED)):
+            return Server(proc, int(match.group(1)), log_path, int(http.group(1)) if http else 0,
+                          int(metrics.group(1)) if metrics else 0)
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{text}")
         time.sleep(0.05)

@@ -15,9 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from helpers import ROOT
 
 LIST_ROUTES = """
+from prometheus_client import CollectorRegistry
 from starlette.routing import Route
 from transcoding.rest import build_app
-print(sorted((r.path, m) for r in build_app(None, 1).routes if isinstance(r, Route) for m in r.methods if m != "HEAD"))
+app = build_app(None, 1, CollectorRegistry()).app  # metrics on, as the example server runs; unwrap the middleware
+print(sorted((r.path, m) for r in app.routes if isinstance(r, Route) for m in r.methods if m != "HEAD"))
 """
 
 

@@ -103,8 +103,8 @@ def _schemas() -> dict[str, Any]:
     }
 
 
-def openapi_document() -> dict[str, Any]:
-    """The OpenAPI 3.0 document of the REST API."""
+def openapi_document(metrics: bool) -> dict[str, Any]:
+    """The OpenAPI 3.0 document of the REST API (``metrics``: /metrics is served)."""
     paths: dict[str, Any] = {
         "/": _health("live", "Liveness (same as /v2/health/live)"),
         "/v2/health/live": _health("live", "Liveness: the process serves requests"),
@@ -128,6 +128,9 @@ def openapi_document() -> dict[str, Any]:
             "summary": what, "parameters": _parameters("model"), "requestBody": {"required": False, "content": {
                 "application/json": {"schema": {"$ref": "#/components/schemas/RepositoryRequest"}}}},
             "responses": {"200": _json({"type": "object"}), **_errors(400, 404, 413, 500, 503)}}}
+    if metrics:
+        paths["/metrics"] = {"get": {"summary": "Prometheus metrics (text format)", "responses": {
+            "200": {"description": "metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}}
     paths.update(_model_routes("/v2/models/{model}", ("model",)))
     paths.update(_model_routes("/v2/models/{model}/versions/{version}", ("model", "version")))
     return {"openapi": "3.0.3",

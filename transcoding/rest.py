@@ -15,16 +15,19 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import swagger_ui_bundle
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput, TooLarge
 from kserve_v2.service import InferenceService
+from transcoding.http_metrics import HttpMetrics, HttpMetricsMiddleware
 from transcoding.http_status import error_response
 from transcoding.json_pb import message_to_json
 from transcoding.json_tensors import load_json, parse_infer_request, raw_binary_request, render_infer_response
@@ -42,12 +45,14 @@ DOCS_PAGE = """<!doctype html>
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def build_app(service: InferenceService, max_input_bytes: int) -> Starlette:
+def build_app(service: InferenceService, max_input_bytes: int, registry: CollectorRegistry | None = None) -> ASGIApp:
     """The ASGI application of every V2 route.
 
     Args:
         service: the one request path.
         max_input_bytes: largest request body, after decompression (413 above it).
+        registry: the Prometheus registry to serve at /metrics and to record HTTP metrics in;
+            None when metrics are off.
     """
 
     def route(handler: Callable[[Request], Awaitable[Response]]) -> Handler:
@@ -130,7 +135,7 @@ def build_app(service: InferenceService, max_input_bytes: int) -> Starlette:
         await service.repository_model_unload(message)
         return JSONResponse({})
 
-    document = openapi_document()
+    document = openapi_document(metrics=registry is not None)
 
     async def docs(_: Request) -> Response:
         return HTMLResponse(DOCS_PAGE)
@@ -162,11 +167,31 @@ def build_app(service: InferenceService, max_input_bytes: int) -> Starlette:
             Route(prefix + "/infer", route(infer), methods=["POST"]),
         ]
 
+    if registry is not None:
+        routes.append(Route("/metrics", metrics_endpoint(registry), methods=["GET"]))
+
     async def http_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    if registry is None:
+        return app
+    return HttpMetricsMiddleware(app, HttpMetrics(registry), app.routes)
+
+
+def metrics_endpoint(registry: CollectorRegistry) -> Handler:
+    """GET /metrics: the registry in Prometheus text format (prometheus-client's exposition)."""
+
+    async def metrics(_: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return metrics
+
+
+def build_metrics_app(registry: CollectorRegistry) -> Starlette:
+    """The application of the metrics port: /metrics only."""
+    return Starlette(routes=[Route("/metrics", metrics_endpoint(registry), methods=["GET"])])
 
 
 def _health(body: dict[str, Any], key: str) -> Response:

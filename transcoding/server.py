@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Iterator
 
 import uvicorn
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 
 class _Server(uvicorn.Server):
@@ -23,7 +23,7 @@ class _Server(uvicorn.Server):
 class HttpServer:
     """uvicorn (httptools) serving one ASGI app on ``address:port``."""
 
-    def __init__(self, app: Starlette, address: str, port: int, exit_timeout_secs: int) -> None:
+    def __init__(self, app: ASGIApp, address: str, port: int, exit_timeout_secs: int) -> None:
         config = uvicorn.Config(app, host=address, port=port, log_level="warning", access_log=False,
                                 lifespan="off", http="httptools", timeout_graceful_shutdown=exit_timeout_secs)
         self._server = _Server(config)

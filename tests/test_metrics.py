@@ -1,0 +1,110 @@
+"""Prometheus metrics: Triton's families move by exactly what was sent; HTTP metrics by route pattern."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
+
+from helpers import EXAMPLES, start_server
+
+GOOD, BAD = 7, 3
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """Every sample as {(name, sorted labels): value}, parsed with prometheus-client's parser."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        assert reply.headers["Content-Type"].startswith("text/plain")
+        text = reply.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples, name: str, **labels) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    server = start_server(EXAMPLES, tmp_path_factory.mktemp("logs"))
+    yield server
+    assert server.stop() == 0
+
+
+def _simple_inputs(datatype: str = "INT32"):
+    inputs = [grpcclient.InferInput(n, [2, 16], datatype) for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.ones((2, 16), np.int32 if datatype == "INT32" else np.float32))
+    return inputs
+
+
+def test_triton_families_count_exactly_what_was_sent(server) -> None:
+    simple = {"model": "simple", "version": "1"}
+    before = scrape(server.metrics_port)
+    with grpcclient.InferenceServerClient(server.url) as client:
+        for _ in range(GOOD):
+            client.infer("simple", _simple_inputs())
+        for _ in range(BAD):
+            with pytest.raises(InferenceServerException):
+                client.infer("simple", _simple_inputs("FP32"))
+    after = scrape(server.metrics_port)
+
+    def delta(name: str, **labels) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("nv_inference_request_success", **simple) == GOOD
+    assert delta("nv_inference_request_failure", **simple, reason="OTHER") == BAD
+    assert delta("nv_inference_count", **simple) == 2 * GOOD  # batch elements
+    assert delta("nv_inference_exec_count", **simple) == GOOD
+    assert delta("nv_inference_request_latency_seconds_count", **simple) == GOOD
+    for family in ("request", "queue", "compute_input", "compute_infer", "compute_output"):
+        assert delta(f"nv_inference_{family}_duration_us", **simple) > 0, family
+    assert value(after, "nv_inference_pending_request_count", **simple) == 0
+    assert value(after, "process_resident_memory_bytes") > 10e6
+    assert value(after, "process_cpu_seconds_total") > 0
+
+
+def test_http_metrics_use_route_patterns_and_skip_health(server) -> None:
+    body = json.dumps({"inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}
+                                  for n in ("INPUT0", "INPUT1")]}).encode()
+    before = scrape(server.metrics_port)
+    for path in ("/v2/models/simple/infer", "/v2/models/simple/infer", "/v2/models/no_such_model/infer"):
+        try:
+            urllib.request.urlopen(urllib.request.Request(f"http://{server.http_url}{path}", data=body), timeout=10)
+        except urllib.error.HTTPError as err:
+            assert err.code == 404
+    for path in ("/v2/health/live", "/v2/health/ready", "/metrics", "/docs"):
+        urllib.request.urlopen(f"http://{server.http_url}{path}", timeout=10).read()
+    after = scrape(server.http_port)  # /metrics on the HTTP port too
+    pattern = "/v2/models/{model}/infer"
+
+    def delta(name: str, **labels) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("http_requests_total", method="POST", path=pattern, model="simple", status="200") == 2
+    assert delta("http_requests_total", method="POST", path=pattern, model="no_such_model", status="404") == 1
+    assert delta("http_request_duration_seconds_count", method="POST", path=pattern, model="simple", status="200") == 2
+    assert delta("http_request_body_bytes_count", method="POST", path=pattern, model="simple") == 2
+    assert value(after, "http_requests_in_flight", method="POST", path=pattern, model="simple") == 0
+    paths = {dict(labels)["path"] for (name, labels) in after if name.startswith("http_") and "path" in dict(labels)}
+    assert pattern in paths and "/v2/models/simple/infer" not in paths  # patterns, never concrete URIs
+    assert not any("health" in p or "metrics" in p or "docs" in p for p in paths), paths
+
+
+def test_metrics_can_be_turned_off(tmp_path) -> None:
+    server = start_server(EXAMPLES, tmp_path, "--allow-metrics", "false")
+    try:
+        assert server.metrics_port == 0 and "metrics server listening" not in server.log()
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"http://{server.http_url}/metrics", timeout=10)
+        assert err.value.code == 404
+        with grpcclient.InferenceServerClient(server.url) as client:
+            client.infer("simple", _simple_inputs())  # inference is unaffected
+    finally:
+        assert server.stop() == 0

@@ -1,0 +1,77 @@
+"""HTTP metrics as mistral.rs labels them (``mistralrs-http-semantics.txt``, Metrics).
+
+``http_requests_total`` and ``http_request_duration_seconds`` by method, path, model and
+status; ``http_requests_in_flight`` and ``http_request_body_bytes`` by method, path and model.
+``path`` is the matched route pattern (``/v2/models/{model}/infer``), never the concrete URI;
+unmatched requests are ``<unmatched>``; ``model`` is the path's model or ``none``. Health,
+metrics and docs requests and CORS preflights are not counted. A pure ASGI middleware.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+EXCLUDED_PREFIXES = ("/v2/health/", "/metrics", "/docs", "/api-doc/")
+EXCLUDED_PATHS = frozenset({"/"})
+BODY_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+
+
+class HttpMetrics:
+    """The four HTTP families, registered on the given registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        labels = ["method", "path", "model"]
+        self.requests = Counter("http_requests", "Completed HTTP requests", labels + ["status"], registry=registry)
+        self.duration = Histogram("http_request_duration_seconds", "HTTP request latency in seconds",
+                                  labels + ["status"], registry=registry)
+        self.in_flight = Gauge("http_requests_in_flight", "HTTP requests being served", labels, registry=registry)
+        self.body = Histogram("http_request_body_bytes", "HTTP request body size in bytes (when known)", labels,
+                              buckets=BODY_BUCKETS, registry=registry)
+
+
+class HttpMetricsMiddleware:
+    """Wraps the REST application; ``routes`` are the application's routes, for pattern matching."""
+
+    def __init__(self, app: ASGIApp, metrics: HttpMetrics, routes: Sequence[BaseRoute]) -> None:
+        self.app = app
+        self._metrics = metrics
+        self._routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if (scope["type"] != "http" or scope.get("method") == "OPTIONS" or path in EXCLUDED_PATHS
+                or path.startswith(EXCLUDED_PREFIXES)):
+            await self.app(scope, receive, send)
+            return
+        pattern, model = "<unmatched>", "none"
+        for route in self._routes:
+            match, child = route.matches(scope)
+            if match is not Match.NONE:
+                pattern = getattr(route, "path", pattern)
+                model = child.get("path_params", {}).get("model", "none")
+                break
+        labels = (scope["method"], pattern, model)
+        length = dict(scope.get("headers", [])).get(b"content-length", b"")
+        if length.isdigit():
+            self._metrics.body.labels(*labels).observe(int(length))
+        status = ["500"]
+
+        async def send_status(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = str(message["status"])
+            await send(message)
+
+        in_flight = self._metrics.in_flight.labels(*labels)
+        in_flight.inc()
+        started = time.perf_counter()
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            in_flight.dec()
+            self._metrics.requests.labels(*labels, status[0]).inc()
+            self._metrics.duration.labels(*labels, status[0]).observe(time.perf_counter() - started)
