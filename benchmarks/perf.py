@@ -2,7 +2,9 @@
 
 gRPC: `simple` at concurrency 1, 4 and 16, and the FP32 identity model with 1 MiB and 16 MiB
 tensors at concurrency 4. REST: `simple` at concurrency 4 with JSON and with binary tensors.
-Prints infer/s, p50/p99 latency (ms) and payload MB/s (request bytes, one direction). perf_analyzer comes from PATH, else from ../shared/tools (a wrapper
+Then `simple` over gRPC at concurrency 4 again on a second server started with metrics off, so
+the cost of metrics shows as a ratio. Prints infer/s, p50/p99 latency (ms) and payload MB/s
+(request bytes, one direction). perf_analyzer comes from PATH, else from ../shared/tools (a wrapper
 for machines whose glibc is too old for the PyPI wheel), else `pip install perf-analyzer`.
 
 Usage: python benchmarks/perf.py [--seconds 5] [--repository examples/model_repository]
@@ -36,11 +38,11 @@ def perf_analyzer() -> str:
     sys.exit("perf_analyzer not found: put it on PATH (pip install perf-analyzer) or keep ../shared/tools beside the project")
 
 
-def start_server(repository: Path, log: Path) -> tuple[subprocess.Popen, dict[str, int]]:
+def start_server(repository: Path, log: Path, *extra: str) -> tuple[subprocess.Popen, dict[str, int]]:
     out = open(log, "w")
     proc = subprocess.Popen([sys.executable, "-m", "kserve_v2", "serve", "--model-repository", str(repository),
                              "--grpc-address", "127.0.0.1", "--grpc-port", "0", "--http-address", "127.0.0.1",
-                             "--http-port", "0"], stdout=out, stderr=subprocess.STDOUT,
+                             "--http-port", "0", "--metrics-port", "0", *extra], stdout=out, stderr=subprocess.STDOUT,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     for _ in range(600):
         text = log.read_text()
@@ -94,10 +96,18 @@ def main() -> None:
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
+        proc, ports = start_server(args.repository, workdir / "server-no-metrics.log", "--allow-metrics", "false")
+        try:
+            rows.append(("grpc simple c=4 metrics off", 64 * 2, run(tool, ports, "simple", 4, args.seconds, None, workdir)))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
     print(f"{'case':<33}{'infer/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'MB/s':>9}")
     for label, request_bytes, result in rows:
         mb_s = result["infer/s"] * request_bytes / 1e6
         print(f"{label:<33}{result['infer/s']:>10.0f}{result['p50 ms']:>9.2f}{result['p99 ms']:>9.2f}{mb_s:>9.1f}")
+    on, off = (dict((label, r) for label, _, r in rows)[k]["infer/s"] for k in ("grpc simple c=4", "grpc simple c=4 metrics off"))
+    print(f"metrics on / off at c=4: {on / off:.3f}")
 
 
 if __name__ == "__main__":

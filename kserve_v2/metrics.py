@@ -42,6 +42,7 @@ class InferenceMetrics(Collector):
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self._values: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * len(FAMILIES))
+        self._children: dict[tuple[str, str], tuple[Gauge, Histogram]] = {}
         self._failures: defaultdict[tuple[str, str, str], int] = defaultdict(int)
         self._pending = Gauge("nv_inference_pending_request_count",
                               "Instantaneous number of pending requests awaiting execution per-model", LABELS,
@@ -51,14 +52,22 @@ class InferenceMetrics(Collector):
                                   buckets=LATENCY_BUCKETS, registry=registry)
         registry.register(self)
 
+    def _labelled(self, model: str, version: str) -> tuple[Gauge, Histogram]:
+        key = (model, version)
+        children = self._children.get(key)
+        if children is None:  # labels() takes a lock and builds tuples: once per version, not per request
+            children = self._children[key] = (self._pending.labels(model, version), self._latency.labels(model, version))
+        return children
+
     def started(self, model: str, version: str) -> None:
         """A request for this version is pending."""
-        self._pending.labels(model, version).inc()
+        self._labelled(model, version)[0].inc()
 
     def succeeded(self, model: str, version: str, batch_size: int, total_ns: int, queue_ns: int, input_ns: int,
                   infer_ns: int, output_ns: int) -> None:
         """Account a successful request (durations in ns; exported in us, latency in s)."""
-        self._pending.labels(model, version).dec()
+        pending, latency = self._labelled(model, version)
+        pending.dec()
         v = self._values[(model, version)]
         v[0] += 1
         v[1] += batch_size
@@ -68,11 +77,11 @@ class InferenceMetrics(Collector):
         v[5] += input_ns / 1000
         v[6] += infer_ns / 1000
         v[7] += output_ns / 1000
-        self._latency.labels(model, version).observe(total_ns / 1e9)
+        latency.observe(total_ns / 1e9)
 
     def failed(self, model: str, version: str, code: ErrorCode, total_ns: int) -> None:
         """Account a failed request under Triton's failure reason for its error class."""
-        self._pending.labels(model, version).dec()
+        self._labelled(model, version)[0].dec()
         self._values[(model, version)][3] += total_ns / 1000
         self._failures[(model, version, _REASONS.get(code, "OTHER"))] += 1
 

@@ -3,14 +3,16 @@
 ``http_requests_total`` and ``http_request_duration_seconds`` by method, path, model and
 status; ``http_requests_in_flight`` and ``http_request_body_bytes`` by method, path and model.
 ``path`` is the matched route pattern (``/v2/models/{model}/infer``), never the concrete URI;
-unmatched requests are ``<unmatched>``; ``model`` is the path's model or ``none``. Health,
+unmatched requests are ``<unmatched>``; ``model`` is the path's model when the server knows it,
+``unknown`` for any other name (so clients cannot grow label cardinality), or ``none``. Health,
 metrics and docs requests and CORS preflights are not counted. A pure ASGI middleware.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.routing import BaseRoute, Match
@@ -35,12 +37,38 @@ class HttpMetrics:
 
 
 class HttpMetricsMiddleware:
-    """Wraps the REST application; ``routes`` are the application's routes, for pattern matching."""
+    """Wraps the REST application.
 
-    def __init__(self, app: ASGIApp, metrics: HttpMetrics, routes: Sequence[BaseRoute]) -> None:
+    Args:
+        app: the application; ``routes``: its routes, for pattern matching.
+        metrics: the families to record in.
+        is_known_model: whether a model name from a path is one the server knows.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: HttpMetrics, routes: Sequence[BaseRoute],
+                 is_known_model: Callable[[str], bool]) -> None:
         self.app = app
         self._metrics = metrics
         self._routes = routes
+        self._is_known_model = is_known_model
+        self._children: dict[tuple[str, ...], tuple[Counter, Histogram]] = {}
+        self._match = functools.lru_cache(maxsize=4096)(self._pattern)
+
+    def _pattern(self, method: str, path: str) -> tuple[str, str]:
+        """(route pattern, model from the path) for a request line; cached, bounded."""
+        scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+        for route in self._routes:
+            match, child = route.matches(scope)
+            if match is not Match.NONE:
+                return getattr(route, "path", "<unmatched>"), child.get("path_params", {}).get("model", "none")
+        return "<unmatched>", "none"
+
+    def _completed(self, labels: tuple[str, ...]) -> tuple[Counter, Histogram]:
+        children = self._children.get(labels)
+        if children is None:
+            children = self._children[labels] = (self._metrics.requests.labels(*labels),
+                                                 self._metrics.duration.labels(*labels))
+        return children
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -48,13 +76,9 @@ class HttpMetricsMiddleware:
                 or path.startswith(EXCLUDED_PREFIXES)):
             await self.app(scope, receive, send)
             return
-        pattern, model = "<unmatched>", "none"
-        for route in self._routes:
-            match, child = route.matches(scope)
-            if match is not Match.NONE:
-                pattern = getattr(route, "path", pattern)
-                model = child.get("path_params", {}).get("model", "none")
-                break
+        pattern, model = self._match(scope["method"], path)
+        if model != "none" and not self._is_known_model(model):
+            model = "unknown"
         labels = (scope["method"], pattern, model)
         length = dict(scope.get("headers", [])).get(b"content-length", b"")
         if length.isdigit():
@@ -73,5 +97,6 @@ class HttpMetricsMiddleware:
             await self.app(scope, receive, send_status)
         finally:
             in_flight.dec()
-            self._metrics.requests.labels(*labels, status[0]).inc()
-            self._metrics.duration.labels(*labels, status[0]).observe(time.perf_counter() - started)
+            requests, duration = self._completed(labels + (status[0],))
+            requests.inc()
+            duration.observe(time.perf_counter() - started)

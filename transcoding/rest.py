@@ -177,7 +177,7 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
     if registry is None:
         return app
-    return HttpMetricsMiddleware(app, HttpMetrics(registry), app.routes)
+    return HttpMetricsMiddleware(app, HttpMetrics(registry), app.routes, lambda name: service.has_model(name))
 
 
 def metrics_endpoint(registry: CollectorRegistry) -> Handler:
