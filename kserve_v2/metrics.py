@@ -11,11 +11,13 @@ module-global: ``app.py`` builds the registry. Updated on the event loop by ``In
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections import defaultdict
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
-from prometheus_client.core import Metric, UnknownMetricFamily
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric, UnknownMetricFamily
 from prometheus_client.registry import Collector
 
 from kserve_v2.errors import ErrorCode
@@ -38,37 +40,30 @@ _REASONS = {ErrorCode.UNAVAILABLE: "REJECTED", ErrorCode.CANCELLED: "CANCELED", 
 
 
 class InferenceMetrics(Collector):
-    """The nv_inference_* families of every model version that has served a request."""
+    """The nv_inference_* families of every model version that has served a request.
+
+    Plain numbers updated on the event loop and turned into metric families at scrape time:
+    no lock or label lookup on the request path.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self._values: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * len(FAMILIES))
-        self._children: dict[tuple[str, str], tuple[Gauge, Histogram]] = {}
         self._failures: defaultdict[tuple[str, str, str], int] = defaultdict(int)
-        self._pending = Gauge("nv_inference_pending_request_count",
-                              "Instantaneous number of pending requests awaiting execution per-model", LABELS,
-                              registry=registry)
-        self._latency = Histogram("nv_inference_request_latency_seconds",
-                                  "Latency of successful inference requests in seconds", LABELS,
-                                  buckets=LATENCY_BUCKETS, registry=registry)
+        self._pending: defaultdict[tuple[str, str], int] = defaultdict(int)
+        # per version: counts per latency bucket (the last is +Inf), and the sum in seconds
+        self._latency: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * (len(LATENCY_BUCKETS) + 2))
         registry.register(self)
-
-    def _labelled(self, model: str, version: str) -> tuple[Gauge, Histogram]:
-        key = (model, version)
-        children = self._children.get(key)
-        if children is None:  # labels() takes a lock and builds tuples: once per version, not per request
-            children = self._children[key] = (self._pending.labels(model, version), self._latency.labels(model, version))
-        return children
 
     def started(self, model: str, version: str) -> None:
         """A request for this version is pending."""
-        self._labelled(model, version)[0].inc()
+        self._pending[(model, version)] += 1
 
     def succeeded(self, model: str, version: str, batch_size: int, total_ns: int, queue_ns: int, input_ns: int,
                   infer_ns: int, output_ns: int) -> None:
         """Account a successful request (durations in ns; exported in us, latency in s)."""
-        pending, latency = self._labelled(model, version)
-        pending.dec()
-        v = self._values[(model, version)]
+        key = (model, version)
+        self._pending[key] -= 1
+        v = self._values[key]
         v[0] += 1
         v[1] += batch_size
         v[2] += 1
@@ -77,11 +72,14 @@ class InferenceMetrics(Collector):
         v[5] += input_ns / 1000
         v[6] += infer_ns / 1000
         v[7] += output_ns / 1000
-        latency.observe(total_ns / 1e9)
+        seconds = total_ns / 1e9
+        latency = self._latency[key]
+        latency[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        latency[-1] += seconds
 
     def failed(self, model: str, version: str, code: ErrorCode, total_ns: int) -> None:
         """Account a failed request under Triton's failure reason for its error class."""
-        self._labelled(model, version)[0].dec()
+        self._pending[(model, version)] -= 1
         self._values[(model, version)][3] += total_ns / 1000
         self._failures[(model, version, _REASONS.get(code, "OTHER"))] += 1
 
@@ -96,3 +94,14 @@ class InferenceMetrics(Collector):
         for labels, count in self._failures.items():
             failures.add_metric(list(labels), count)
         yield failures
+        pending = GaugeMetricFamily("nv_inference_pending_request_count",
+                                    "Instantaneous number of pending requests awaiting execution per-model", labels=LABELS)
+        for (model, version), count in self._pending.items():
+            pending.add_metric([model, version], count)
+        yield pending
+        latency = HistogramMetricFamily("nv_inference_request_latency_seconds",
+                                        "Latency of successful inference requests in seconds", labels=LABELS)
+        bounds = [str(b) for b in LATENCY_BUCKETS] + ["+Inf"]
+        for (model, version), counts in self._latency.items():
+            latency.add_metric([model, version], list(zip(bounds, itertools.accumulate(counts[:-1]))), counts[-1])
+        yield latency
