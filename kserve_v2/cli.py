@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 
 from kserve_v2 import __version__
@@ -20,6 +22,18 @@ from kserve_v2.settings import Settings
 
 ENV_PREFIX = "KSERVE_V2_"
 CONTROL_MODES = ("none", "explicit", "poll")
+LOG_FORMATS = ("text", "json")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per log line: time (ISO 8601, UTC), level, logger, message, and exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+                 "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
 
 
 def _bool(text: str) -> bool:
@@ -85,6 +99,8 @@ def _parser() -> argparse.ArgumentParser:
     flag("exit-timeout-secs", defaults.exit_timeout_secs,
          "on SIGTERM/SIGINT, seconds in-flight requests get to finish before exit", type=int)
     flag("log-verbose", defaults.log_verbose, "verbose logging level (0 = info)", type=int)
+    flag("log-format", defaults.log_format, "log line format: 'text', or 'json' (one object a line)",
+         choices=LOG_FORMATS)
     flag("grpc-keepalive-time", defaults.grpc_keepalive_time, "ms between server keepalive pings", type=int)
     flag("grpc-keepalive-timeout", defaults.grpc_keepalive_timeout, "ms to wait for a keepalive ping ack", type=int)
     flag("grpc-keepalive-permit-without-calls", defaults.grpc_keepalive_permit_without_calls,
@@ -111,6 +127,8 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         if not repo.is_dir():
             parser.error(f"model repository '{repo}' is not a directory")
     # argparse converts string defaults (environment values) with `type`, but checks no choices there.
+    if args.log_format not in LOG_FORMATS:
+        parser.error(f"--log-format must be one of {LOG_FORMATS}, got '{args.log_format}'")
     if args.model_control_mode not in CONTROL_MODES:
         parser.error(f"--model-control-mode must be one of {CONTROL_MODES}, got '{args.model_control_mode}'")
     if args.load_model and args.model_control_mode != "explicit":
@@ -126,11 +144,10 @@ def parse_settings(argv: Sequence[str]) -> Settings:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kserve-v2`` command; returns the exit code."""
     settings = parse_settings(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(
-        level=logging.DEBUG if settings.log_verbose > 0 else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if settings.log_format == "json"
+                         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if settings.log_verbose > 0 else logging.INFO, handlers=[handler])
     return asyncio.run(_serve(settings))
 
 

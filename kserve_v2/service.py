@@ -7,6 +7,7 @@ transcode into the same calls. Nothing here imports a transport.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from kserve_v2 import __version__
 from kserve_v2._proto import grpc_service_pb2 as pb
@@ -19,6 +20,17 @@ from kserve_v2.repository.overrides import parse_load_parameters
 
 # Extensions this server implements (Triton's names, ServerMetadata.extensions).
 EXTENSIONS = ("model_repository", "model_configuration", "statistics")
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Where one request's time went (ns): the phases of ModelStatistics (Triton's names)."""
+
+    total_ns: int
+    queue_ns: int
+    compute_input_ns: int
+    compute_infer_ns: int
+    compute_output_ns: int
 
 
 class ServerState:
@@ -124,7 +136,12 @@ class InferenceService:
     # ---- inference -----------------------------------------------------------------------
 
     async def model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
-        """Run one inference request.
+        """Run one inference request (see ``model_infer_timed``)."""
+        response, _ = await self.model_infer_timed(request)
+        return response
+
+    async def model_infer_timed(self, request: pb.ModelInferRequest) -> tuple[pb.ModelInferResponse, Timing]:
+        """Run one inference request; also returns where its time went.
 
         Raises:
             Unavailable: server exiting or version not ready -> UNAVAILABLE.
@@ -137,7 +154,7 @@ class InferenceService:
         with self._manager.acquire(request.model_name, request.model_version) as model:
             return await self._run(request, model)
 
-    async def _run(self, request: pb.ModelInferRequest, model: ModelVersion) -> pb.ModelInferResponse:
+    async def _run(self, request: pb.ModelInferRequest, model: ModelVersion) -> tuple[pb.ModelInferResponse, Timing]:
         started = time.perf_counter_ns()
         version = str(model.version)
         if self._metrics is not None:
@@ -161,11 +178,13 @@ class InferenceService:
                 self._metrics.failed(model.name, version, code, elapsed)
             raise
         finished = time.perf_counter_ns()
-        phases = (decoded.batch_size, finished - started, queue_ns, decoded_at - started, infer_ns, finished - ran_at)
-        model.stats.record_success(*phases)
+        timing = Timing(finished - started, queue_ns, decoded_at - started, infer_ns, finished - ran_at)
+        phases = (timing.total_ns, timing.queue_ns, timing.compute_input_ns, timing.compute_infer_ns,
+                  timing.compute_output_ns)
+        model.stats.record_success(decoded.batch_size, *phases)
         if self._metrics is not None:
-            self._metrics.succeeded(model.name, version, *phases)
-        return response
+            self._metrics.succeeded(model.name, version, decoded.batch_size, *phases)
+        return response, timing
 
     # ---- model repository ----------------------------------------------------------------
 

@@ -30,6 +30,7 @@ class Settings:
     strict_readiness: bool = True
     exit_timeout_secs: int = 30
     log_verbose: int = 0
+    log_format: str = "text"
     grpc_keepalive_time: int = 7_200_000
     grpc_keepalive_timeout: int = 20_000
     grpc_keepalive_permit_without_calls: bool = False

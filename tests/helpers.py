@@ -23,7 +23,7 @@ EXAMPLES = ROOT / "examples" / "model_repository"
 SHARED_MODELS = ROOT.parent / "shared" / "models"
 _LISTENING = re.compile(r"gRPC server listening on [^:]+:(\d+)")
 _HTTP_LISTENING = re.compile(r"HTTP server listening on [^:]+:(\d+)")
-_METRICS_LISTENING = re.compile(r"metrics server listening on [^:]+:(\d+)")
+_METRICS_LISTENING = re.compile(r"metrics server listening on [^:\"]+:(\d+)")
 _STARTED = ("server is ready", "server is live but not ready")
 
 

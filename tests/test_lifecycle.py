@@ -124,3 +124,21 @@ def test_bad_command_lines_exit_non_zero(tmp_path) -> None:
         start_server(tmp_path / "missing", tmp_path)
     with pytest.raises(RuntimeError, match="expected true or false"):
         start_server(EXAMPLES, tmp_path, "--strict-readiness", "maybe")
+
+
+def test_json_logs_with_a_line_per_failed_request(tmp_path) -> None:
+    import json
+
+    server = start_server(EXAMPLES, tmp_path, "--log-format", "json")
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            with pytest.raises(InferenceServerException):
+                client.get_model_metadata("no_such_model")
+        time.sleep(0.2)
+    finally:
+        assert server.stop() == 0
+    entries = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+    assert entries and all({"time", "level", "logger", "message"} <= set(e) for e in entries)
+    assert any("loaded model 'simple'" in e["message"] for e in entries)
+    failed = [e for e in entries if "request failed" in e["message"]]
+    assert len(failed) == 1 and "NOT_FOUND" in failed[0]["message"] and "no_such_model" in failed[0]["message"]

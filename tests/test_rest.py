@@ -325,3 +325,16 @@ def test_not_ready_answers(tmp_path) -> None:
         assert _kserve_health(server) == ["True", "HTTP400:{'ready':False}", "False"]
     finally:
         assert server.stop() == 0
+
+
+def test_timing_headers_are_present_and_consistent(hclient, example_server) -> None:
+    body = json.dumps({"inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}
+                                  for n in ("INPUT0", "INPUT1")]}).encode()
+    for _ in range(5):
+        status, headers, _ = http(example_server, "POST", "/v2/models/simple/infer", body)
+        assert status == 200
+        total = float(headers["x-total-time"])
+        phases = {name: float(headers[name]) for name in ("x-queue-time", "x-tokenization-time", "x-inference-time")}
+        assert total > 0 and all(value >= 0 for value in phases.values())
+        assert all(total >= value for value in phases.values()), headers
+        assert total >= sum(phases.values()) + float(headers.get("x-postprocessing-time", 0)) - 0.01

@@ -32,7 +32,7 @@ TO_HTTP: Final[dict[ErrorCode, int]] = {
 def error_response(err: BaseException) -> JSONResponse:
     """The HTTP answer for any exception; unexpected ones are logged once and hidden as 500."""
     if isinstance(err, ServerError):
-        log.debug("request failed: %s", err)
+        log.info("HTTP request failed: %d: %s", TO_HTTP[err.code], err)
         return JSONResponse({"error": str(err)}, status_code=TO_HTTP[err.code])
     log.error("unexpected error while serving a request", exc_info=err)
     return JSONResponse({"error": "Internal server error"}, status_code=500)

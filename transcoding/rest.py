@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import gzip
+import time
 import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -26,7 +27,7 @@ from starlette.types import ASGIApp
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput, TooLarge
-from kserve_v2.service import InferenceService
+from kserve_v2.service import InferenceService, Timing
 from transcoding.http_metrics import HttpMetrics, HttpMetricsMiddleware
 from transcoding.http_status import error_response
 from transcoding.json_pb import message_to_json
@@ -95,6 +96,7 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         return JSONResponse(message_to_json(stats))
 
     async def infer(request: Request) -> Response:
+        received = time.perf_counter_ns()
         name, version = path(request)
         body = await _read_body(request, max_input_bytes)
         length = request.headers.get(HEADER_LENGTH)
@@ -104,9 +106,11 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
             parsed = raw_binary_request(body, name, version, metadata)
         else:
             parsed = parse_infer_request(body, header_length, name, version, max_input_bytes)
-        response = await service.model_infer(parsed.request)
+        response, timing = await service.model_infer_timed(parsed.request)
         content, json_length = render_infer_response(response, parsed)
-        headers = {} if json_length is None else {"Inference-Header-Content-Length": str(json_length)}
+        headers = timing_headers(timing, time.perf_counter_ns() - received)
+        if json_length is not None:
+            headers["Inference-Header-Content-Length"] = str(json_length)
         media = "application/json" if json_length is None else "application/octet-stream"
         return _compressed(content, request.headers.get("accept-encoding", ""), headers, media)
 
@@ -192,6 +196,18 @@ def metrics_endpoint(registry: CollectorRegistry) -> Handler:
 def build_metrics_app(registry: CollectorRegistry) -> Starlette:
     """The application of the metrics port: /metrics only."""
     return Starlette(routes=[Route("/metrics", metrics_endpoint(registry), methods=["GET"])])
+
+
+def timing_headers(timing: Timing, total_ns: int) -> dict[str, str]:
+    """SIE's timing headers in ms (``sie-http-api.txt``): total time of the HTTP request, and the
+    phases the core measured - queue (waiting for an instance), tokenization (decoding the request
+    into tensors), inference (the model) and postprocessing (encoding outputs, only when > 0)."""
+    headers = {"X-Total-Time": f"{total_ns / 1e6:.3f}", "X-Queue-Time": f"{timing.queue_ns / 1e6:.3f}",
+               "X-Tokenization-Time": f"{timing.compute_input_ns / 1e6:.3f}",
+               "X-Inference-Time": f"{timing.compute_infer_ns / 1e6:.3f}"}
+    if timing.compute_output_ns > 0:
+        headers["X-Postprocessing-Time"] = f"{timing.compute_output_ns / 1e6:.3f}"
+    return headers
 
 
 def _health(body: dict[str, Any], key: str) -> Response:

@@ -33,7 +33,7 @@ def describe(err: BaseException) -> tuple[grpc.StatusCode, str]:
     traceback and reported as INTERNAL "Internal server error", never with internal details.
     """
     if isinstance(err, ServerError):
-        log.debug("request failed: %s", err)
+        log.info("gRPC request failed: %s: %s", TO_GRPC[err.code].name, err)
         return TO_GRPC[err.code], str(err)
     log.error("unexpected error while serving a request", exc_info=err)
     return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
