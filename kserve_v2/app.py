@@ -21,6 +21,7 @@ from kserve_v2.repository.manager import ModelManager
 from kserve_v2.runtime.device import cuda_device_count
 from kserve_v2.service import InferenceService, ServerState
 from kserve_v2.settings import Settings
+from kserve_v2.status import StatusReporter
 from transcoding.rest import build_app, build_metrics_app
 from transcoding.server import HttpServer
 
@@ -48,7 +49,8 @@ class App:
         self.server, self.health, self.grpc_port = build_server(self.service, settings)
         self.http: HttpServer | None = None
         if settings.allow_http:
-            self.http = HttpServer(build_app(self.service, settings.http_max_input_size, registry),
+            reporter = StatusReporter(self.manager, registry, gpus)
+            self.http = HttpServer(build_app(self.service, settings.http_max_input_size, registry, reporter),
                                    settings.http_address, settings.http_port, settings.exit_timeout_secs)
         self.metrics_server: HttpServer | None = None
         if registry is not None:

@@ -40,6 +40,7 @@ class ModelVersion:
         self._idle = asyncio.Event()
         self._idle.set()
         self._session = session
+        self.on_gpu = session.on_cuda
         instances = sum(g.count for g in config.instance_group) or 1
         self._executor = ThreadPoolExecutor(max_workers=instances, thread_name_prefix=f"ort-{name}-{version}")
 

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-EXCLUDED_PREFIXES = ("/v2/health/", "/metrics", "/docs", "/api-doc/")
+EXCLUDED_PREFIXES = ("/v2/health/", "/metrics", "/docs", "/api-doc/", "/status", "/ws/")
 EXCLUDED_PATHS = frozenset({"/"})
 BODY_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 

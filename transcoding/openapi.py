@@ -103,8 +103,8 @@ def _schemas() -> dict[str, Any]:
     }
 
 
-def openapi_document(metrics: bool) -> dict[str, Any]:
-    """The OpenAPI 3.0 document of the REST API (``metrics``: /metrics is served)."""
+def openapi_document(metrics: bool, status: bool) -> dict[str, Any]:
+    """The OpenAPI 3.0 document of the REST API (``metrics``: /metrics is served; ``status``: /status)."""
     paths: dict[str, Any] = {
         "/": _health("live", "Liveness (same as /v2/health/live)"),
         "/v2/health/live": _health("live", "Liveness: the process serves requests"),
@@ -131,6 +131,10 @@ def openapi_document(metrics: bool) -> dict[str, Any]:
     if metrics:
         paths["/metrics"] = {"get": {"summary": "Prometheus metrics (text format)", "responses": {
             "200": {"description": "metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}}
+    if status:
+        paths["/status"] = {"get": {"summary": "Live status page (models, requests/s, latency; draws /ws/status, "
+                                               "a WebSocket sending the status object every 200 ms)", "responses": {
+            "200": {"description": "HTML page", "content": {"text/html": {"schema": {"type": "string"}}}}}}}
     paths.update(_model_routes("/v2/models/{model}", ("model",)))
     paths.update(_model_routes("/v2/models/{model}/versions/{version}", ("model", "version")))
     return {"openapi": "3.0.3",

@@ -21,18 +21,20 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput, TooLarge
 from kserve_v2.service import InferenceService, Timing
+from kserve_v2.status import StatusReporter
 from transcoding.http_metrics import HttpMetrics, HttpMetricsMiddleware
 from transcoding.http_status import error_response
 from transcoding.json_pb import message_to_json
 from transcoding.json_tensors import load_json, parse_infer_request, raw_binary_request, render_infer_response
 from transcoding.openapi import openapi_document
+from transcoding.status_page import status_page, status_socket
 
 HEADER_LENGTH = "inference-header-content-length"
 # Swagger UI from the swagger-ui-bundle package's files: the page works with no network.
@@ -46,7 +48,8 @@ DOCS_PAGE = """<!doctype html>
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def build_app(service: InferenceService, max_input_bytes: int, registry: CollectorRegistry | None = None) -> ASGIApp:
+def build_app(service: InferenceService, max_input_bytes: int, registry: CollectorRegistry | None = None,
+              reporter: StatusReporter | None = None) -> ASGIApp:
     """The ASGI application of every V2 route.
 
     Args:
@@ -54,6 +57,7 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         max_input_bytes: largest request body, after decompression (413 above it).
         registry: the Prometheus registry to serve at /metrics and to record HTTP metrics in;
             None when metrics are off.
+        reporter: the status object for /ws/status and the /status page (None: neither route).
     """
 
     def route(handler: Callable[[Request], Awaitable[Response]]) -> Handler:
@@ -139,7 +143,7 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         await service.repository_model_unload(message)
         return JSONResponse({})
 
-    document = openapi_document(metrics=registry is not None)
+    document = openapi_document(metrics=registry is not None, status=reporter is not None)
 
     async def docs(_: Request) -> Response:
         return HTMLResponse(DOCS_PAGE)
@@ -173,6 +177,8 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
 
     if registry is not None:
         routes.append(Route("/metrics", metrics_endpoint(registry), methods=["GET"]))
+    if reporter is not None:
+        routes += [WebSocketRoute("/ws/status", status_socket(reporter)), Route("/status", status_page, methods=["GET"])]
 
     async def http_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

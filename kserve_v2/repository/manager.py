@@ -59,6 +59,7 @@ class ModelRecord:
     config: mc.ModelConfig | None = None
     versions: dict[int, VersionStatus] = field(default_factory=dict)
     error: str = ""
+    memory_bytes: int = 0  # resident memory the last successful load added
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ class ModelManager:
             if error:
                 log.error("failed to load model '%s' in %.1f ms (RSS %+.1f MiB): %s", name, elapsed_ms, memory, error)
                 raise InternalError(f"failed to load '{name}': {error}")
+            record.memory_bytes = max(0, int(memory * 2**20))
             log.info("loaded model '%s' versions %s in %.1f ms (RSS %+.1f MiB)",
                      name, sorted(result.loaded), elapsed_ms, memory)
 

@@ -1,0 +1,92 @@
+"""The server status object of SIE's ``/ws/status`` (``sie-http-api.txt``), transport-free.
+
+Server facts, every model with its state, pending requests and memory, the GPU list (empty on
+CPU hosts), and the registry's counters and histograms. Built on the event loop, every 200 ms
+per connected client.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import time
+from collections import defaultdict
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from kserve_v2 import __version__
+from kserve_v2.repository.manager import ModelManager, State
+
+_STATES = {State.READY: "loaded", State.LOADING: "loading", State.UNLOADING: "unloading"}
+
+
+class StatusReporter:
+    """Builds status snapshots.
+
+    Args:
+        manager: the model lifecycle.
+        registry: the Prometheus registry (None when metrics are off: no counters then).
+        gpus: usable CUDA devices (0 on CPU hosts).
+    """
+
+    def __init__(self, manager: ModelManager, registry: CollectorRegistry | None, gpus: int) -> None:
+        self._manager = manager
+        self._registry = registry
+        self._gpus = gpus
+        self._started = time.time()
+        self._user = getpass.getuser()
+
+    def snapshot(self) -> dict[str, Any]:
+        """The status object (JSON-ready)."""
+        models: dict[str, dict[str, Any]] = {}
+        for row in self._manager.index(ready_only=False):
+            entry = models.setdefault(row.name, {"name": row.name, "state": "available", "versions": {},
+                                                 "device": None, "memory_bytes": 0, "queue_depth": 0,
+                                                 "queue_pending_items": 0})
+            if row.version:
+                entry["versions"][row.version] = row.state
+            state = _STATES.get(State(row.state)) if row.state else None
+            if state == "loaded" or (state and entry["state"] == "available"):
+                entry["state"] = state
+        for model in self._manager.all_ready_versions():
+            entry = models[model.name]
+            entry["device"] = "cuda:0" if model.on_gpu else "cpu"
+            entry["queue_depth"] += model.inflight
+            entry["queue_pending_items"] += model.inflight
+            entry["memory_bytes"] = self._manager.record(model.name).memory_bytes
+            entry["config"] = {"platform": model.config.platform, "max_batch_size": model.config.max_batch_size}
+        counters, histograms = self._metrics()
+        return {
+            "timestamp": time.time(),
+            "gpu": "cuda" if self._gpus else "",
+            "loaded_models": sorted(name for name, entry in models.items() if entry["state"] == "loaded"),
+            "server": {"version": __version__, "uptime_seconds": int(time.time() - self._started), "user": self._user,
+                       "working_dir": os.getcwd(), "pid": os.getpid()},
+            "gpus": [],
+            "models": list(models.values()),
+            "counters": counters,
+            "histograms": histograms,
+        }
+
+    def _metrics(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        counters: dict[str, Any] = {}
+        histograms: dict[str, Any] = defaultdict(dict)
+        if self._registry is None:
+            return counters, {}
+        for family in self._registry.collect():
+            if family.type in ("counter", "unknown"):
+                counters[family.name] = [{"labels": s.labels, "value": s.value} for s in family.samples
+                                         if not s.name.endswith("_created")]
+            elif family.type == "histogram":
+                for sample in family.samples:
+                    labels = {k: v for k, v in sample.labels.items() if k != "le"}
+                    key = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+                    entry = histograms[family.name].setdefault(key, {"labels": labels, "buckets": {}})
+                    if sample.name.endswith("_bucket"):
+                        entry["buckets"][sample.labels["le"]] = sample.value
+                    elif sample.name.endswith("_count"):
+                        entry["count"] = sample.value
+                    elif sample.name.endswith("_sum"):
+                        entry["sum"] = sample.value
+        return counters, {name: list(entries.values()) for name, entries in histograms.items()}
