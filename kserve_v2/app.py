@@ -22,6 +22,7 @@ from kserve_v2.runtime.device import cuda_device_count
 from kserve_v2.service import InferenceService, ServerState
 from kserve_v2.settings import Settings
 from kserve_v2.status import StatusReporter
+from kserve_v2.tracing import Tracing
 from transcoding.rest import build_app, build_metrics_app
 from transcoding.server import HttpServer
 
@@ -44,8 +45,9 @@ class App:
             metrics = InferenceMetrics(registry)
         self.manager = ModelManager(list(settings.model_repositories), gpus, self._on_change,
                                     ready_when_empty=settings.model_control_mode == "explicit")
+        self.tracing = Tracing(settings.trace_otlp_endpoint or None, settings.server_name)
         self.service = InferenceService(self.manager, self.state, settings.server_name, settings.model_control_mode,
-                                        metrics)
+                                        metrics, self.tracing)
         self.server, self.health, self.grpc_port = build_server(self.service, settings)
         self.http: HttpServer | None = None
         if settings.allow_http:
@@ -91,6 +93,7 @@ class App:
         await asyncio.gather(*stopping)
         startup.cancel()
         await self.manager.close()
+        await asyncio.to_thread(self.tracing.shutdown)
         log.info("server stopped")
         return 0
 

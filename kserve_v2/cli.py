@@ -82,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
          "Prometheus metrics at /metrics on the metrics port and the HTTP port", type=_bool)
     flag("metrics-address", defaults.metrics_address, "address the metrics server binds")
     flag("metrics-port", defaults.metrics_port, "metrics port (0 picks a free one and logs it)", type=int)
+    flag("trace-otlp-endpoint", os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", defaults.trace_otlp_endpoint),
+         "OTLP/HTTP traces URL (e.g. http://collector:4318/v1/traces): a span per inference request; "
+         "empty: tracing off (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is honoured too)")
     flag("server-name", defaults.server_name, "name in ServerMetadata; use 'triton' for clients that check it")
     flag("model-control-mode", defaults.model_control_mode,
          "'none': load every model at start, load/unload RPCs answer UNAVAILABLE; 'explicit': load the "

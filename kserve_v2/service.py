@@ -7,7 +7,8 @@ transcode into the same calls. Nothing here imports a transport.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from kserve_v2 import __version__
 from kserve_v2._proto import grpc_service_pb2 as pb
@@ -17,20 +18,22 @@ from kserve_v2.metrics import InferenceMetrics
 from kserve_v2.model import ModelVersion
 from kserve_v2.repository.manager import ModelManager
 from kserve_v2.repository.overrides import parse_load_parameters
+from kserve_v2.tracing import Tracing
 
 # Extensions this server implements (Triton's names, ServerMetadata.extensions).
 EXTENSIONS = ("model_repository", "model_configuration", "statistics")
 
 
 @dataclass(frozen=True, slots=True)
-class Timing:
-    """Where one request's time went (ns): the phases of ModelStatistics (Triton's names)."""
+class RequestReport:
+    """Where one request's time went (ns, the phases of ModelStatistics) and its trace id (or None)."""
 
     total_ns: int
     queue_ns: int
     compute_input_ns: int
     compute_infer_ns: int
     compute_output_ns: int
+    trace_id: str | None = None
 
 
 class ServerState:
@@ -55,11 +58,13 @@ class InferenceService:
         server_name: ServerMetadata name (``triton`` for clients that check it).
         control_mode: model control mode; only ``explicit`` allows load and unload RPCs.
         metrics: Triton's Prometheus families, or None when metrics are off.
+        tracing: OpenTelemetry request spans (off when None).
     """
 
     def __init__(self, manager: ModelManager, state: ServerState, server_name: str, control_mode: str,
-                 metrics: InferenceMetrics | None = None) -> None:
+                 metrics: InferenceMetrics | None = None, tracing: Tracing | None = None) -> None:
         self._manager = manager
+        self._tracing = tracing or Tracing(None, server_name)
         self._state = state
         self._server_name = server_name
         self._control_mode = control_mode
@@ -135,13 +140,19 @@ class InferenceService:
 
     # ---- inference -----------------------------------------------------------------------
 
-    async def model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
-        """Run one inference request (see ``model_infer_timed``)."""
-        response, _ = await self.model_infer_timed(request)
+    async def model_infer(self, request: pb.ModelInferRequest, carrier: Mapping[str, str] | None = None
+                          ) -> pb.ModelInferResponse:
+        """Run one inference request (see ``model_infer_reported``)."""
+        response, _ = await self.model_infer_reported(request, carrier)
         return response
 
-    async def model_infer_timed(self, request: pb.ModelInferRequest) -> tuple[pb.ModelInferResponse, Timing]:
-        """Run one inference request; also returns where its time went.
+    async def model_infer_reported(self, request: pb.ModelInferRequest, carrier: Mapping[str, str] | None = None
+                                   ) -> tuple[pb.ModelInferResponse, RequestReport]:
+        """Run one inference request; also report where its time went and its trace id.
+
+        Args:
+            request: the request.
+            carrier: transport headers or metadata, for a W3C ``traceparent``.
 
         Raises:
             Unavailable: server exiting or version not ready -> UNAVAILABLE.
@@ -151,10 +162,16 @@ class InferenceService:
         """
         if self._state.draining:
             raise Unavailable("Server exiting: it has stopped accepting new requests")
-        with self._manager.acquire(request.model_name, request.model_version) as model:
-            return await self._run(request, model)
+        with self._tracing.request("ModelInfer", carrier or {}, request.model_name) as span:
+            started = time.time_ns()
+            with self._manager.acquire(request.model_name, request.model_version) as model:
+                response, report = await self._run(request, model)
+            self._tracing.phases(span, started, {"compute_input": report.compute_input_ns, "queue": report.queue_ns,
+                                                 "compute_infer": report.compute_infer_ns,
+                                                 "compute_output": report.compute_output_ns})
+            return response, replace(report, trace_id=Tracing.trace_id(span))
 
-    async def _run(self, request: pb.ModelInferRequest, model: ModelVersion) -> tuple[pb.ModelInferResponse, Timing]:
+    async def _run(self, request: pb.ModelInferRequest, model: ModelVersion) -> tuple[pb.ModelInferResponse, RequestReport]:
         started = time.perf_counter_ns()
         version = str(model.version)
         if self._metrics is not None:
@@ -178,7 +195,7 @@ class InferenceService:
                 self._metrics.failed(model.name, version, code, elapsed)
             raise
         finished = time.perf_counter_ns()
-        timing = Timing(finished - started, queue_ns, decoded_at - started, infer_ns, finished - ran_at)
+        timing = RequestReport(finished - started, queue_ns, decoded_at - started, infer_ns, finished - ran_at)
         phases = (timing.total_ns, timing.queue_ns, timing.compute_input_ns, timing.compute_infer_ns,
                   timing.compute_output_ns)
         model.stats.record_success(decoded.batch_size, *phases)

@@ -31,6 +31,7 @@ class Settings:
     exit_timeout_secs: int = 30
     log_verbose: int = 0
     log_format: str = "text"
+    trace_otlp_endpoint: str = ""
     grpc_keepalive_time: int = 7_200_000
     grpc_keepalive_timeout: int = 20_000
     grpc_keepalive_permit_without_calls: bool = False

@@ -27,7 +27,7 @@ from starlette.types import ASGIApp
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput, TooLarge
-from kserve_v2.service import InferenceService, Timing
+from kserve_v2.service import InferenceService, RequestReport
 from kserve_v2.status import StatusReporter
 from transcoding.http_metrics import HttpMetrics, HttpMetricsMiddleware
 from transcoding.http_status import error_response
@@ -110,9 +110,11 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
             parsed = raw_binary_request(body, name, version, metadata)
         else:
             parsed = parse_infer_request(body, header_length, name, version, max_input_bytes)
-        response, timing = await service.model_infer_timed(parsed.request)
+        response, report = await service.model_infer_reported(parsed.request, dict(request.headers))
         content, json_length = render_infer_response(response, parsed)
-        headers = timing_headers(timing, time.perf_counter_ns() - received)
+        headers = timing_headers(report, time.perf_counter_ns() - received)
+        if report.trace_id:
+            headers["X-Trace-ID"] = report.trace_id
         if json_length is not None:
             headers["Inference-Header-Content-Length"] = str(json_length)
         media = "application/json" if json_length is None else "application/octet-stream"
@@ -204,7 +206,7 @@ def build_metrics_app(registry: CollectorRegistry) -> Starlette:
     return Starlette(routes=[Route("/metrics", metrics_endpoint(registry), methods=["GET"])])
 
 
-def timing_headers(timing: Timing, total_ns: int) -> dict[str, str]:
+def timing_headers(timing: RequestReport, total_ns: int) -> dict[str, str]:
     """SIE's timing headers in ms (``sie-http-api.txt``): total time of the HTTP request, and the
     phases the core measured - queue (waiting for an instance), tokenization (decoding the request
     into tensors), inference (the model) and postprocessing (encoding outputs, only when > 0)."""

@@ -56,7 +56,8 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         return await _call(context, self._service.model_metadata, request)
 
     async def ModelInfer(self, request, context):
-        return await _call(context, self._service.model_infer, request)
+        carrier = dict(context.invocation_metadata() or ())  # a W3C traceparent, when the caller traces
+        return await _call(context, lambda r: self._service.model_infer(r, carrier), request)
 
     async def ModelConfig(self, request, context):
         return await _call(context, self._service.model_config, request)

@@ -1,0 +1,86 @@
+"""OpenTelemetry: a traceparent sent in comes back in X-Trace-ID and in the spans the server exports.
+
+The test is the OTLP/HTTP collector: it receives the server's ExportTraceServiceRequest messages
+and decodes them with opentelemetry-proto.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from helpers import EXAMPLES, start_server
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+GRPC_TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+
+
+@pytest.fixture
+def collector():
+    spans: list = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            request = ExportTraceServiceRequest.FromString(body)
+            for resource in request.resource_spans:
+                for scope in resource.scope_spans:
+                    spans.extend(scope.spans)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces", spans
+    server.shutdown()
+
+
+def test_traceparent_joins_the_callers_trace_over_http_and_grpc(collector, tmp_path) -> None:
+    endpoint, spans = collector
+    server = start_server(EXAMPLES, tmp_path, "--trace-otlp-endpoint", endpoint)
+    try:
+        body = json.dumps({"inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}
+                                      for n in ("INPUT0", "INPUT1")]}).encode()
+        request = urllib.request.Request(f"http://{server.http_url}/v2/models/simple/infer", data=body,
+                                         headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            assert reply.headers["X-Trace-ID"] == TRACE_ID
+        with urllib.request.urlopen(urllib.request.Request(f"http://{server.http_url}/v2/models/simple/infer",
+                                                           data=body), timeout=10) as reply:
+            fresh = reply.headers["X-Trace-ID"]  # no traceparent: a new trace
+            assert len(fresh) == 32 and fresh != TRACE_ID
+        with grpcclient.InferenceServerClient(server.url) as client:
+            inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+            for tensor in inputs:
+                tensor.set_data_from_numpy(np.ones((1, 16), np.int32))
+            client.infer("simple", inputs, headers={"traceparent": f"00-{GRPC_TRACE_ID}-{PARENT_ID}-01"})
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len({s.trace_id.hex() for s in spans} & {TRACE_ID, GRPC_TRACE_ID}) < 2:
+            time.sleep(0.1)
+    finally:
+        assert server.stop() == 0
+    for trace_id in (TRACE_ID, GRPC_TRACE_ID):
+        in_trace = [s for s in spans if s.trace_id.hex() == trace_id]
+        root = [s for s in in_trace if s.name == "ModelInfer"]
+        assert len(root) == 1, [s.name for s in in_trace]
+        assert root[0].parent_span_id.hex() == PARENT_ID
+        children = {s.name: s for s in in_trace if s.parent_span_id == root[0].span_id}
+        assert set(children) == {"compute_input", "queue", "compute_infer", "compute_output"}
+        assert all(c.end_time_unix_nano >= c.start_time_unix_nano for c in children.values())
+        assert root[0].start_time_unix_nano <= children["compute_input"].start_time_unix_nano
+        attributes = {a.key: a.value.string_value for a in root[0].attributes}
+        assert attributes["model.name"] == "simple"
