@@ -15,7 +15,8 @@ from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from kserve_v2.grpc.server import SERVICE_NAME, build_server
-from kserve_v2.metrics import InferenceMetrics
+from kserve_v2.gpu import GpuCollector
+from kserve_v2.metrics import InferenceMetrics, ModelStateCollector
 from kserve_v2.repository import poller
 from kserve_v2.repository.manager import ModelManager
 from kserve_v2.runtime.device import cuda_device_count
@@ -43,8 +44,12 @@ class App:
             registry = CollectorRegistry()
             ProcessCollector(registry=registry)  # process CPU seconds, resident and virtual memory
             metrics = InferenceMetrics(registry)
+            if gpus:
+                registry.register(GpuCollector())
         self.manager = ModelManager(list(settings.model_repositories), gpus, self._on_change,
                                     ready_when_empty=settings.model_control_mode == "explicit")
+        if registry is not None:
+            ModelStateCollector(self.manager, registry)
         self.tracing = Tracing(settings.trace_otlp_endpoint or None, settings.server_name)
         self.service = InferenceService(self.manager, self.state, settings.server_name, settings.model_control_mode,
                                         metrics, self.tracing)

@@ -1,4 +1,4 @@
-"""Triton's inference metric families on an injected Prometheus registry.
+"""Triton's inference metric families, and SIE's, on an injected Prometheus registry.
 
 Names, labels and units follow Triton's ``docs/user_guide/metrics.md`` so existing dashboards
 keep working: per ``model`` and ``version``, request counts, cumulative durations in
@@ -7,6 +7,12 @@ OTHER). prometheus-client would print counters as ``<name>_total``, which Triton
 have, so the counting families are exposed as untyped under their exact names (PromQL's
 ``rate()`` works the same). A latency histogram in seconds is added for percentiles. Nothing is
 module-global: ``app.py`` builds the registry. Updated on the event loop by ``InferenceService``.
+
+SIE's families (``sie-http-api.txt``) describe the same requests for SIE dashboards:
+``sie_requests_total`` (model, endpoint, status), ``sie_request_duration_seconds`` (model,
+endpoint, phase), ``sie_batch_size`` and ``sie_queue_depth`` (model); ``ModelStateCollector`` adds
+``sie_model_loaded`` and ``sie_model_memory_bytes`` (model, device). The V2 infer API is endpoint
+``infer``; token counts arrive with the text endpoints.
 """
 
 from __future__ import annotations
@@ -17,10 +23,12 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric, UnknownMetricFamily
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric,
+                                   UnknownMetricFamily)
 from prometheus_client.registry import Collector
 
-from kserve_v2.errors import ErrorCode
+from kserve_v2.errors import ErrorCode, NotFound
+from kserve_v2.repository.manager import ModelManager
 
 LABELS = ["model", "version"]
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -36,6 +44,10 @@ FAMILIES = (
     ("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds"),
 )
 FAILURE = ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes")
+ENDPOINT = "infer"
+# SIE phase -> index in (batch_size, total, queue, input, infer, output); names as in the timing headers
+SIE_PHASES = (("queue", 2), ("tokenization", 3), ("inference", 4), ("postprocessing", 5), ("total", 1))
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _REASONS = {ErrorCode.UNAVAILABLE: "REJECTED", ErrorCode.CANCELLED: "CANCELED", ErrorCode.INTERNAL: "BACKEND"}
 
 
@@ -52,6 +64,9 @@ class InferenceMetrics(Collector):
         self._pending: defaultdict[tuple[str, str], int] = defaultdict(int)
         # per version: counts per latency bucket (the last is +Inf), and the sum in seconds
         self._latency: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * (len(LATENCY_BUCKETS) + 2))
+        # SIE: per (model, phase) latency buckets + sum; per model batch-size buckets + sum
+        self._phases: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * (len(LATENCY_BUCKETS) + 2))
+        self._batches: defaultdict[str, list[float]] = defaultdict(lambda: [0.0] * (len(BATCH_BUCKETS) + 2))
         registry.register(self)
 
     def started(self, model: str, version: str) -> None:
@@ -72,10 +87,11 @@ class InferenceMetrics(Collector):
         v[5] += input_ns / 1000
         v[6] += infer_ns / 1000
         v[7] += output_ns / 1000
-        seconds = total_ns / 1e9
-        latency = self._latency[key]
-        latency[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
-        latency[-1] += seconds
+        _observe(self._latency[key], LATENCY_BUCKETS, total_ns / 1e9)
+        durations = (batch_size, total_ns, queue_ns, input_ns, infer_ns, output_ns)
+        for phase, index in SIE_PHASES:
+            _observe(self._phases[(model, phase)], LATENCY_BUCKETS, durations[index] / 1e9)
+        _observe(self._batches[model], BATCH_BUCKETS, batch_size)
 
     def failed(self, model: str, version: str, code: ErrorCode, total_ns: int) -> None:
         """Account a failed request under Triton's failure reason for its error class."""
@@ -99,9 +115,68 @@ class InferenceMetrics(Collector):
         for (model, version), count in self._pending.items():
             pending.add_metric([model, version], count)
         yield pending
-        latency = HistogramMetricFamily("nv_inference_request_latency_seconds",
-                                        "Latency of successful inference requests in seconds", labels=LABELS)
-        bounds = [str(b) for b in LATENCY_BUCKETS] + ["+Inf"]
-        for (model, version), counts in self._latency.items():
-            latency.add_metric([model, version], list(zip(bounds, itertools.accumulate(counts[:-1]))), counts[-1])
-        yield latency
+        yield _histogram("nv_inference_request_latency_seconds", "Latency of successful inference requests in seconds",
+                         LABELS, LATENCY_BUCKETS, dict(self._latency))
+        yield from self._sie()
+
+    def _sie(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily("sie_requests", "Total request count", labels=["model", "endpoint", "status"])
+        ok: defaultdict[str, float] = defaultdict(float)
+        errors: defaultdict[str, float] = defaultdict(float)
+        for (model, _), values in self._values.items():
+            ok[model] += values[0]
+        for (model, _, _), count in self._failures.items():
+            errors[model] += count
+        for model in ok.keys() | errors.keys():
+            requests.add_metric([model, ENDPOINT, "ok"], ok[model])
+            requests.add_metric([model, ENDPOINT, "error"], errors[model])
+        yield requests
+        yield _histogram("sie_request_duration_seconds", "Latency by phase", ["model", "endpoint", "phase"],
+                         LATENCY_BUCKETS, {(model, ENDPOINT, phase): c for (model, phase), c in self._phases.items()})
+        yield _histogram("sie_batch_size", "Batch size distribution", ["model"], BATCH_BUCKETS,
+                         {(model,): counts for model, counts in self._batches.items()})
+        depth = GaugeMetricFamily("sie_queue_depth", "Pending items per model", labels=["model"])
+        pending: defaultdict[str, int] = defaultdict(int)
+        for (model, _), count in self._pending.items():
+            pending[model] += count
+        for model, count in pending.items():
+            depth.add_metric([model], count)
+        yield depth
+
+
+class ModelStateCollector(Collector):
+    """SIE's model gauges, read from the model lifecycle at each scrape."""
+
+    def __init__(self, manager: ModelManager, registry: CollectorRegistry) -> None:
+        self._manager = manager
+        registry.register(self)
+
+    def collect(self) -> Iterator[Metric]:
+        loaded = GaugeMetricFamily("sie_model_loaded", "Model load status (1/0)", labels=["model", "device"])
+        memory = GaugeMetricFamily("sie_model_memory_bytes", "Memory per model (resident memory its load added)",
+                                   labels=["model", "device"])
+        for name in sorted({row.name for row in self._manager.index(ready_only=False)}):
+            try:
+                versions = self._manager.ready_versions(name)
+            except NotFound:  # a folder never loaded
+                versions = []
+            device = "cuda:0" if any(v.on_gpu for v in versions) else "cpu"
+            loaded.add_metric([name, device], 1 if versions else 0)
+            memory.add_metric([name, device], self._manager.record(name).memory_bytes if versions else 0)
+        yield loaded
+        yield memory
+
+
+def _observe(counts: list[float], bounds: tuple[float, ...], value: float) -> None:
+    """Count ``value`` in its ``le`` bucket (the slot after the bounds is +Inf) and add it to the sum (last slot)."""
+    counts[bisect.bisect_left(bounds, value)] += 1
+    counts[-1] += value
+
+
+def _histogram(name: str, text: str, labels: list[str], bounds: tuple[float, ...],
+               series: dict[tuple[str, ...], list[float]]) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, text, labels=labels)
+    edges = [str(b) for b in bounds] + ["+Inf"]
+    for label_values, counts in series.items():
+        family.add_metric(list(label_values), list(zip(edges, itertools.accumulate(counts[:-1]))), counts[-1])
+    return family

@@ -16,6 +16,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from kserve_v2 import __version__
+from kserve_v2.gpu import gpu_readings
 from kserve_v2.repository.manager import ModelManager, State
 
 _STATES = {State.READY: "loaded", State.LOADING: "loading", State.UNLOADING: "unloading"}
@@ -63,7 +64,7 @@ class StatusReporter:
             "loaded_models": sorted(name for name, entry in models.items() if entry["state"] == "loaded"),
             "server": {"version": __version__, "uptime_seconds": int(time.time() - self._started), "user": self._user,
                        "working_dir": os.getcwd(), "pid": os.getpid()},
-            "gpus": [],
+            "gpus": gpu_readings() if self._gpus else [],
             "models": list(models.values()),
             "counters": counters,
             "histograms": histograms,

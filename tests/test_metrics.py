@@ -66,6 +66,16 @@ def test_triton_families_count_exactly_what_was_sent(server) -> None:
     for family in ("request", "queue", "compute_input", "compute_infer", "compute_output"):
         assert delta(f"nv_inference_{family}_duration_us", **simple) > 0, family
     assert value(after, "nv_inference_pending_request_count", **simple) == 0
+    # SIE's families describe the same requests
+    assert delta("sie_requests_total", model="simple", endpoint="infer", status="ok") == GOOD
+    assert delta("sie_requests_total", model="simple", endpoint="infer", status="error") == BAD
+    for phase in ("queue", "tokenization", "inference", "postprocessing", "total"):
+        assert delta("sie_request_duration_seconds_count", model="simple", endpoint="infer", phase=phase) == GOOD
+    assert delta("sie_batch_size_count", model="simple") == GOOD and delta("sie_batch_size_sum", model="simple") == 2 * GOOD
+    assert value(after, "sie_queue_depth", model="simple") == 0
+    assert value(after, "sie_model_loaded", model="simple", device="cpu") == 1
+    assert value(after, "sie_model_memory_bytes", model="simple", device="cpu") >= 0
+    assert not any(name.startswith("nv_gpu_") for name, _ in after)  # GPU families only on GPU hosts
     assert value(after, "process_resident_memory_bytes") > 10e6
     assert value(after, "process_cpu_seconds_total") > 0
 
