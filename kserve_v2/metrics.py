@@ -27,8 +27,8 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, Hist
                                    UnknownMetricFamily)
 from prometheus_client.registry import Collector
 
-from kserve_v2.errors import ErrorCode, NotFound
-from kserve_v2.repository.manager import ModelManager
+from kserve_v2.errors import ErrorCode
+from kserve_v2.repository.manager import ModelManager, State
 
 LABELS = ["model", "version"]
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -155,14 +155,11 @@ class ModelStateCollector(Collector):
         loaded = GaugeMetricFamily("sie_model_loaded", "Model load status (1/0)", labels=["model", "device"])
         memory = GaugeMetricFamily("sie_model_memory_bytes", "Memory per model (resident memory its load added)",
                                    labels=["model", "device"])
-        for name in sorted({row.name for row in self._manager.index(ready_only=False)}):
-            try:
-                versions = self._manager.ready_versions(name)
-            except NotFound:  # a folder never loaded
-                versions = []
-            device = "cuda:0" if any(v.on_gpu for v in versions) else "cpu"
-            loaded.add_metric([name, device], 1 if versions else 0)
-            memory.add_metric([name, device], self._manager.record(name).memory_bytes if versions else 0)
+        for record in self._manager.records():
+            ready = [s.model for s in record.versions.values() if s.state is State.READY and s.model is not None]
+            device = "cuda:0" if any(m.on_gpu for m in ready) else "cpu"
+            loaded.add_metric([record.name, device], 1 if ready else 0)
+            memory.add_metric([record.name, device], record.memory_bytes if ready else 0)
         yield loaded
         yield memory
 

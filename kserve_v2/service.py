@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from kserve_v2 import __version__
 from kserve_v2._proto import grpc_service_pb2 as pb
-from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, NotFound, ServerError, Unavailable, Unsupported
+from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, ServerError, Unavailable, Unsupported
 from kserve_v2.inference import decode_request, encode_response
 from kserve_v2.metrics import InferenceMetrics
 from kserve_v2.model import ModelVersion
@@ -80,12 +80,8 @@ class InferenceService:
         return self._manager.startup_models_ready() or not state.strict_readiness
 
     def has_model(self, name: str) -> bool:
-        """Whether ``name`` is a model this server has a record of (loaded, loading or failed)."""
-        try:
-            self._manager.record(name)
-        except NotFound:
-            return False
-        return True
+        """Whether ``name`` is a model this server has a record of (loaded, loading, failed or unloaded)."""
+        return self._manager.knows(name)
 
     def server_live(self, _: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from kserve_v2 import __version__
 from kserve_v2.gpu import gpu_readings
-from kserve_v2.repository.manager import ModelManager, State
+from kserve_v2.repository.manager import ModelManager, ModelRecord, State
 
 _STATES = {State.READY: "loaded", State.LOADING: "loading", State.UNLOADING: "unloading"}
 
@@ -40,35 +40,36 @@ class StatusReporter:
 
     def snapshot(self) -> dict[str, Any]:
         """The status object (JSON-ready)."""
-        models: dict[str, dict[str, Any]] = {}
-        for row in self._manager.index(ready_only=False):
-            entry = models.setdefault(row.name, {"name": row.name, "state": "available", "versions": {},
-                                                 "device": None, "memory_bytes": 0, "queue_depth": 0,
-                                                 "queue_pending_items": 0})
-            if row.version:
-                entry["versions"][row.version] = row.state
-            state = _STATES.get(State(row.state)) if row.state else None
-            if state == "loaded" or (state and entry["state"] == "available"):
-                entry["state"] = state
-        for model in self._manager.all_ready_versions():
-            entry = models[model.name]
-            entry["device"] = "cuda:0" if model.on_gpu else "cpu"
-            entry["queue_depth"] += model.inflight
-            entry["queue_pending_items"] += model.inflight
-            entry["memory_bytes"] = self._manager.record(model.name).memory_bytes
-            entry["config"] = {"platform": model.config.platform, "max_batch_size": model.config.max_batch_size}
+        models = [self._model(record) for record in self._manager.records()]
         counters, histograms = self._metrics()
         return {
             "timestamp": time.time(),
             "gpu": "cuda" if self._gpus else "",
-            "loaded_models": sorted(name for name, entry in models.items() if entry["state"] == "loaded"),
+            "loaded_models": [m["name"] for m in models if m["state"] == "loaded"],
             "server": {"version": __version__, "uptime_seconds": int(time.time() - self._started), "user": self._user,
                        "working_dir": os.getcwd(), "pid": os.getpid()},
             "gpus": gpu_readings() if self._gpus else [],
-            "models": list(models.values()),
+            "models": models,
             "counters": counters,
             "histograms": histograms,
         }
+
+    @staticmethod
+    def _model(record: ModelRecord) -> dict[str, Any]:
+        states = {s.state for s in record.versions.values()}
+        ready = [s.model for s in record.versions.values() if s.state is State.READY and s.model is not None]
+        entry: dict[str, Any] = {
+            "name": record.name,
+            "state": next((_STATES[s] for s in _STATES if s in states), "available"),
+            "versions": {str(v): s.state.value for v, s in sorted(record.versions.items())},
+            "device": ("cuda:0" if any(m.on_gpu for m in ready) else "cpu") if ready else None,
+            "memory_bytes": record.memory_bytes if ready else 0,
+            "queue_depth": sum(m.inflight for m in ready),
+            "queue_pending_items": sum(m.inflight for m in ready),
+        }
+        if record.config is not None:
+            entry["config"] = {"platform": record.config.platform, "max_batch_size": record.config.max_batch_size}
+        return entry
 
     def _metrics(self) -> tuple[dict[str, Any], dict[str, Any]]:
         counters: dict[str, Any] = {}

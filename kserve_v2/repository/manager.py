@@ -265,6 +265,14 @@ class ModelManager:
                 rows.append(IndexEntry(name, str(version), status.state.value, status.reason))
         return rows
 
+    def records(self) -> list[ModelRecord]:
+        """Every model the server has loaded or tried to load, by name (no file system access)."""
+        return [self._records[name] for name in sorted(self._records)]
+
+    def knows(self, name: str) -> bool:
+        """Whether ``name`` has a record (loaded, loading, failed or unloaded)."""
+        return name in self._records
+
     def record(self, name: str) -> ModelRecord:
         """The record of a known model.
 
