@@ -29,6 +29,7 @@ class Settings:
     repository_poll_secs: float = 15.0
     strict_readiness: bool = True
     exit_timeout_secs: int = 30
+    event_loop: str = "uvloop"
     log_verbose: int = 0
     log_format: str = "text"
     trace_otlp_endpoint: str = ""

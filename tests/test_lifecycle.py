@@ -142,3 +142,17 @@ def test_json_logs_with_a_line_per_failed_request(tmp_path) -> None:
     assert any("loaded model 'simple'" in e["message"] for e in entries)
     failed = [e for e in entries if "request failed" in e["message"]]
     assert len(failed) == 1 and "NOT_FOUND" in failed[0]["message"] and "no_such_model" in failed[0]["message"]
+
+
+def test_asyncio_event_loop_serves_and_drains(tmp_path) -> None:
+    """uvloop is the default; the standard asyncio loop must work the same."""
+    server = start_server(EXAMPLES, tmp_path, "--event-loop", "asyncio")
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            assert client.is_server_ready()
+            tensor = grpcclient.InferInput("INPUT0", [1, 2], "FP32")
+            tensor.set_data_from_numpy(np.ones((1, 2), np.float32))
+            assert client.infer("identity_fp32", [tensor]).as_numpy("OUTPUT0").tolist() == [[1.0, 1.0]]
+    finally:
+        assert server.stop() == 0
+    assert "server stopped" in server.log()
