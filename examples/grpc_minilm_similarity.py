@@ -51,5 +51,5 @@ else:
     mask = features["attention_mask"][..., None].astype(np.float32)
     embeddings = (result.as_numpy("last_hidden_state") * mask).sum(axis=1) / mask.sum(axis=1)
 embeddings = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
-for sentence, vector in zip(args.sentences[1:], embeddings[1:]):
+for sentence, vector in zip(args.sentences[1:], embeddings[1:], strict=True):
     print(f"cosine({args.sentences[0]!r}, {sentence!r}) = {float(vector @ embeddings[0]):.4f}")

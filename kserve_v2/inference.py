@@ -58,7 +58,7 @@ def encode_response(
 ) -> pb.ModelInferResponse:
     """Build the response: ``outputs[i]`` described in ``outputs`` and carried in ``raw_output_contents[i]``."""
     response = pb.ModelInferResponse(model_name=spec.name, model_version=str(version), id=request.id)
-    for tensor, array in zip(outputs, arrays):
+    for tensor, array in zip(outputs, arrays, strict=True):
         if tensor.reshape is not None and list(tensor.dims).count(-1) <= 1:
             batch = [array.shape[0]] if spec.max_batch_size > 0 and array.ndim else []
             array = array.reshape(batch + list(tensor.dims))

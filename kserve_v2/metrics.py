@@ -175,5 +175,5 @@ def _histogram(name: str, text: str, labels: list[str], bounds: tuple[float, ...
     family = HistogramMetricFamily(name, text, labels=labels)
     edges = [str(b) for b in bounds] + ["+Inf"]
     for label_values, counts in series.items():
-        family.add_metric(list(label_values), list(zip(edges, itertools.accumulate(counts[:-1]))), counts[-1])
+        family.add_metric(list(label_values), list(zip(edges, itertools.accumulate(counts[:-1]), strict=True)), counts[-1])
     return family

@@ -89,7 +89,7 @@ class ModelSpec:
                     f"inference request batch-size must be <= {self.max_batch_size} for '{self.name}'"
                 )
             dims = shape[1:]
-        if len(dims) != len(tensor.dims) or any(c != -1 and c != d for c, d in zip(tensor.dims, dims)):
+        if len(dims) != len(tensor.dims) or any(c != -1 and c != d for c, d in zip(tensor.dims, dims, strict=True)):
             raise InvalidInput(
                 f"unexpected shape for input '{tensor.name}' for model '{self.name}'. "
                 f"Expected {self.api_shape(tensor)}, got {shape}"

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from helpers import add_model, identity_model, make_model, matmul_model, start_server
+from helpers import add_model, make_model, matmul_model, start_server
 
 
 def scale_model(factor: float):

@@ -117,7 +117,7 @@ def render_infer_response(response: pb.ModelInferResponse, parsed: HttpInfer) ->
     if response.id:
         header["id"] = response.id
     outputs, blobs = [], []
-    for tensor, raw in zip(response.outputs, response.raw_output_contents):
+    for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=True):
         entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
         if parsed.all_binary or tensor.name in parsed.binary_outputs:
             entry["parameters"] = {"binary_data_size": len(raw)}

@@ -167,7 +167,7 @@ def _validate_tensors(kind: str, declared: Sequence[mc.ModelInput] | Sequence[mc
                 )
             model_shape = model_shape[1:]
         if found.shape and (len(shape) != len(model_shape) or any(
-            m != -1 and s != -1 and m != s for m, s in zip(model_shape, shape)
+            m != -1 and s != -1 and m != s for m, s in zip(model_shape, shape, strict=True)
         )):
             raise ConfigError(
                 f"{kind} '{tensor.name}' has dims {shape}{' (after the batch dim)' if batching else ''} "

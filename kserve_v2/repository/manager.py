@@ -106,7 +106,7 @@ class ModelManager:
             except ServerError:
                 continue  # logged by load; the model's versions carry the reason
 
-    async def load(self, name: str, overrides: LoadOverrides = LoadOverrides()) -> None:
+    async def load(self, name: str, overrides: LoadOverrides | None = None) -> None:
         """Load ``name``, or reload it when loaded.
 
         A reload keeps every READY version serving until its replacement is READY; a version
@@ -119,6 +119,7 @@ class ModelManager:
                 could be loaded ("failed to load '<m>': <reason>") -> INTERNAL.
         """
         layout.validate_model_name(name)
+        overrides = overrides or LoadOverrides()
         async with self._locks[name]:
             folder = self._folder(name, overrides)
             try:
