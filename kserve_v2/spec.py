@@ -46,25 +46,8 @@ class ModelSpec:
     @classmethod
     def from_config(cls, config: mc.ModelConfig) -> ModelSpec:
         """Build the spec; the config must already be auto-completed and validated."""
-        inputs = tuple(
-            TensorSpec(
-                i.name,
-                _dtype(i.data_type),
-                tuple(i.dims),
-                tuple(i.reshape.shape) if i.HasField("reshape") else None,
-                i.optional,
-            )
-            for i in config.input
-        )
-        outputs = tuple(
-            TensorSpec(
-                o.name,
-                _dtype(o.data_type),
-                tuple(o.dims),
-                tuple(o.reshape.shape) if o.HasField("reshape") else None,
-            )
-            for o in config.output
-        )
+        inputs = tuple(_tensor(i, i.optional) for i in config.input)
+        outputs = tuple(_tensor(o) for o in config.output)
         return cls(config.name, config.max_batch_size, inputs, outputs)
 
     def api_shape(self, tensor: TensorSpec) -> list[int]:
@@ -94,6 +77,11 @@ class ModelSpec:
                 f"unexpected shape for input '{tensor.name}' for model '{self.name}'. "
                 f"Expected {self.api_shape(tensor)}, got {shape}"
             )
+
+
+def _tensor(tensor: mc.ModelInput | mc.ModelOutput, optional: bool = False) -> TensorSpec:
+    reshape = tuple(tensor.reshape.shape) if tensor.HasField("reshape") else None
+    return TensorSpec(tensor.name, _dtype(tensor.data_type), tuple(tensor.dims), reshape, optional)
 
 
 def _dtype(value: int) -> DType:
