@@ -63,10 +63,12 @@ class App:
         if registry is not None:
             self.metrics_server = HttpServer(build_metrics_app(registry), settings.metrics_address,
                                              settings.metrics_port, settings.exit_timeout_secs)
-        self._health_update: asyncio.Task[None] | None = None
+        self._health_updates: set[asyncio.Task[None]] = set()
 
     def _on_change(self) -> None:
-        self._health_update = asyncio.get_running_loop().create_task(self._publish_health())
+        task = asyncio.get_running_loop().create_task(self._publish_health())
+        self._health_updates.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self._health_updates.discard)
 
     async def _publish_health(self) -> None:
         serving = health_pb2.HealthCheckResponse.SERVING if self.service.is_ready() else health_pb2.HealthCheckResponse.NOT_SERVING
@@ -109,7 +111,9 @@ class App:
 
     async def _start_models(self) -> None:
         repositories = list(self.settings.model_repositories)
-        before = await asyncio.to_thread(poller.snapshot, repositories)
+        polling = self.settings.model_control_mode == "poll"
+        # taken before loading, so that changes made while models load are seen by the first poll
+        before = await asyncio.to_thread(poller.snapshot, repositories) if polling else {}
         await self.manager.load_startup_models(self._startup_names())
         self.state.started = True
         await self._publish_health()
@@ -117,5 +121,5 @@ class App:
             log.info("server is ready")
         else:
             log.warning("server is live but not ready: a startup model failed to load (see RepositoryIndex)")
-        if self.settings.model_control_mode == "poll":
+        if polling:
             await poller.poll(self.manager, repositories, self.settings.repository_poll_secs, before)

@@ -162,6 +162,8 @@ class InferenceService:
             started = time.time_ns()
             with self._manager.acquire(request.model_name, request.model_version) as model:
                 response, report = await self._run(request, model)
+            if span is None:
+                return response, report
             self._tracing.phases(span, started, {"compute_input": report.compute_input_ns, "queue": report.queue_ns,
                                                  "compute_infer": report.compute_infer_ns,
                                                  "compute_output": report.compute_output_ns})

@@ -131,7 +131,7 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         body = load_json(await _read_body(request, max_input_bytes))
         message = pb.RepositoryModelLoadRequest(model_name=request.path_params["model"])
         for key, value in _repository_parameters(body).items():
-            _load_parameter(message.parameters[key], key, value)
+            _repository_parameter(message.parameters[key], key, value)
         await service.repository_model_load(message)
         return JSONResponse({})
 
@@ -139,9 +139,7 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         body = load_json(await _read_body(request, max_input_bytes))
         message = pb.RepositoryModelUnloadRequest(model_name=request.path_params["model"])
         for key, value in _repository_parameters(body).items():
-            if not isinstance(value, bool):
-                raise InvalidInput(f"Unrecognized unload parameter '{key}'")
-            message.parameters[key].bool_param = value
+            _repository_parameter(message.parameters[key], key, value)
         await service.repository_model_unload(message)
         return JSONResponse({})
 
@@ -282,8 +280,11 @@ def _repository_parameters(body: Any) -> dict[str, Any]:
     return parameters
 
 
-def _load_parameter(target: pb.ModelRepositoryParameter, key: str, value: Any) -> None:
-    """``config`` is a JSON string; ``file:`` contents are base64 over HTTP (Triton)."""
+def _repository_parameter(target: pb.ModelRepositoryParameter, key: str, value: Any) -> None:
+    """A JSON parameter as the protobuf one; ``file:`` contents are base64 over HTTP (Triton).
+
+    Which keys and types a load or unload accepts is the service's to check, as over gRPC.
+    """
     if key.startswith("file:") and isinstance(value, str):
         try:
             target.bytes_param = base64.b64decode(value, validate=True)
@@ -296,4 +297,4 @@ def _load_parameter(target: pb.ModelRepositoryParameter, key: str, value: Any) -
     elif isinstance(value, str):
         target.string_param = value
     else:
-        raise InvalidInput(f"Unrecognized load parameter '{key}'")
+        raise InvalidInput(f"Unrecognized repository parameter '{key}'")

@@ -138,6 +138,8 @@ class ModelManager:
             if error:
                 log.error("failed to load model '%s' in %.1f ms (RSS %+.1f MiB): %s", name, elapsed_ms, memory, error)
                 raise InternalError(f"failed to load '{name}': {error}")
+            for reason in result.failed.values():  # versions that failed beside ones that loaded
+                log.error("%s", reason)
             record.memory_bytes = max(0, int(memory * 2**20))
             log.info("loaded model '%s' versions %s in %.1f ms (RSS %+.1f MiB)",
                      name, sorted(result.loaded), elapsed_ms, memory)
@@ -160,13 +162,12 @@ class ModelManager:
         for version, model in result.loaded.items():
             new[version] = VersionStatus(State.READY, "", model)
         for version, reason in result.failed.items():
-            log.error("%s", reason)
             new[version] = serving.get(version) or VersionStatus(State.UNAVAILABLE, reason)
         if result.error:
             if serving:  # a failed reload keeps what serves
                 new = dict(serving)
             else:
-                new = {v: VersionStatus(State.UNAVAILABLE, result.error) for v in old} or {}
+                new = {v: VersionStatus(State.UNAVAILABLE, result.error) for v in old}
                 record.error = result.error
         else:
             record.config, record.error = result.config, ""

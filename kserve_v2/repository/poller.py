@@ -8,8 +8,10 @@ reloaded, and one that disappeared is unloaded (Triton ``model_management.md``).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from kserve_v2.errors import ServerError
@@ -24,22 +26,20 @@ MAX_FILES_PER_MODEL = 10_000
 
 def snapshot(repositories: list[Path]) -> Snapshot:
     """Fingerprint of every model folder: (relative path, size, mtime ns) of each file (blocking)."""
-    result: Snapshot = {}
-    for name, dirs in layout.model_dirs(repositories).items():
-        files: set[tuple[str, int, int]] = set()
-        for folder in dirs:
-            for root, _, names in os.walk(folder):
-                for file in names:
-                    path = Path(root, file)
-                    try:
-                        stat = path.stat()
-                    except OSError:
-                        continue
-                    files.add((str(path.relative_to(folder)), stat.st_size, stat.st_mtime_ns))
-                    if len(files) >= MAX_FILES_PER_MODEL:
-                        break
-        result[name] = frozenset(files)
-    return result
+    return {name: frozenset(itertools.islice(_files(dirs), MAX_FILES_PER_MODEL))
+            for name, dirs in layout.model_dirs(repositories).items()}
+
+
+def _files(dirs: list[Path]) -> Iterator[tuple[str, int, int]]:
+    for folder in dirs:
+        for root, _, names in os.walk(folder):
+            for file in names:
+                path = Path(root, file)
+                try:
+                    stat = path.stat()
+                except OSError:
+                    continue  # removed while walking
+                yield str(path.relative_to(folder)), stat.st_size, stat.st_mtime_ns
 
 
 async def poll(manager: ModelManager, repositories: list[Path], interval_secs: float, previous: Snapshot) -> None:
