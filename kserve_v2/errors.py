@@ -38,6 +38,11 @@ class InvalidInput(ServerError):
     code = ErrorCode.INVALID_ARGUMENT
 
 
+class InputTooLong(InvalidInput):
+    """A text longer than the model's context under the ``error`` overflow policy (INVALID_ARGUMENT / 400;
+    SIE's INPUT_TOO_LONG)."""
+
+
 class NotFound(ServerError):
     """Unknown model or version (NOT_FOUND / 404)."""
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kserve_v2._proto import grpc_service_pb2 as pb
+from kserve_v2.backend import Parameter
 from kserve_v2.errors import InvalidInput, Unsupported
 from kserve_v2.spec import ModelSpec, TensorSpec
 from kserve_v2.tensors import element_count, from_contents, from_raw, to_raw
@@ -26,11 +27,13 @@ _KNOWN_RESERVED = frozenset({"triton_enable_empty_final_response"})
 
 @dataclass(slots=True)
 class DecodedRequest:
-    """A validated request: model-shaped feeds, outputs to return, and the batch size."""
+    """A validated request: model-shaped feeds, outputs to return, the batch size and the
+    request's own (non-reserved) parameters."""
 
     feeds: dict[str, np.ndarray]
     outputs: list[TensorSpec]
     batch_size: int
+    parameters: dict[str, Parameter]
 
 
 def decode_request(request: pb.ModelInferRequest, spec: ModelSpec) -> DecodedRequest:
@@ -42,15 +45,21 @@ def decode_request(request: pb.ModelInferRequest, spec: ModelSpec) -> DecodedReq
             element count mismatch; unknown or duplicate outputs; reserved parameters.
         Unsupported: the classification extension -> UNIMPLEMENTED.
     """
-    for key in request.parameters:
-        if key.startswith(_RESERVED_PREFIX) and key not in _KNOWN_RESERVED:
-            raise InvalidInput(f"parameter '{key}' is reserved and not recognised")
+    parameters: dict[str, Parameter] = {}
+    for key, value in request.parameters.items():
+        if key.startswith(_RESERVED_PREFIX):
+            if key not in _KNOWN_RESERVED:
+                raise InvalidInput(f"parameter '{key}' is reserved and not recognised")
+            continue
+        choice = value.WhichOneof("parameter_choice")
+        if choice is not None:
+            parameters[key] = getattr(value, choice)
     feeds = _decode_inputs(request, spec)
     batch_size = _batch_size(feeds, spec)
     for tensor in spec.inputs:
         if tensor.reshape is not None and tensor.name in feeds:
             feeds[tensor.name] = _reshape(feeds[tensor.name], tensor.reshape, spec, tensor.name)
-    return DecodedRequest(feeds, _requested_outputs(request, spec), batch_size)
+    return DecodedRequest(feeds, _requested_outputs(request, spec), batch_size, parameters)
 
 
 def encode_response(

@@ -10,9 +10,9 @@ module-global: ``app.py`` builds the registry. Updated on the event loop by ``In
 
 SIE's families (``sie-http-api.txt``) describe the same requests for SIE dashboards:
 ``sie_requests_total`` (model, endpoint, status), ``sie_request_duration_seconds`` (model,
-endpoint, phase), ``sie_batch_size`` and ``sie_queue_depth`` (model); ``ModelStateCollector`` adds
-``sie_model_loaded`` and ``sie_model_memory_bytes`` (model, device). The V2 infer API is endpoint
-``infer``; token counts arrive with the text endpoints.
+endpoint, phase), ``sie_batch_size``, ``sie_tokens_processed_total`` and ``sie_queue_depth``
+(model); ``ModelStateCollector`` adds ``sie_model_loaded`` and ``sie_model_memory_bytes`` (model,
+device). The V2 infer API is endpoint ``infer``; the semantic routes name theirs.
 """
 
 from __future__ import annotations
@@ -64,17 +64,21 @@ class InferenceMetrics(Collector):
         self._pending: defaultdict[tuple[str, str], int] = defaultdict(int)
         # per version: counts per latency bucket (the last is +Inf), and the sum in seconds
         self._latency: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * (len(LATENCY_BUCKETS) + 2))
-        # SIE: per (model, phase) latency buckets + sum; per model batch-size buckets + sum
-        self._phases: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * (len(LATENCY_BUCKETS) + 2))
+        # SIE: requests per (model, endpoint, status); per (model, endpoint, phase) latency buckets + sum;
+        # per model batch-size buckets + sum, and tokens
+        self._requests: defaultdict[tuple[str, str, str], int] = defaultdict(int)
+        self._phases: defaultdict[tuple[str, str, str], list[float]] = defaultdict(
+            lambda: [0.0] * (len(LATENCY_BUCKETS) + 2))
         self._batches: defaultdict[str, list[float]] = defaultdict(lambda: [0.0] * (len(BATCH_BUCKETS) + 2))
+        self._tokens: defaultdict[str, int] = defaultdict(int)
         registry.register(self)
 
     def started(self, model: str, version: str) -> None:
         """A request for this version is pending."""
         self._pending[(model, version)] += 1
 
-    def succeeded(self, model: str, version: str, batch_size: int, total_ns: int, queue_ns: int, input_ns: int,
-                  infer_ns: int, output_ns: int) -> None:
+    def succeeded(self, model: str, version: str, endpoint: str, batch_size: int, tokens: int, total_ns: int,
+                  queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """Account a successful request (durations in ns; exported in us, latency in s)."""
         key = (model, version)
         self._pending[key] -= 1
@@ -90,12 +94,15 @@ class InferenceMetrics(Collector):
         _observe(self._latency[key], LATENCY_BUCKETS, total_ns / 1e9)
         durations = (batch_size, total_ns, queue_ns, input_ns, infer_ns, output_ns)
         for phase, index in SIE_PHASES:
-            _observe(self._phases[(model, phase)], LATENCY_BUCKETS, durations[index] / 1e9)
+            _observe(self._phases[(model, endpoint, phase)], LATENCY_BUCKETS, durations[index] / 1e9)
         _observe(self._batches[model], BATCH_BUCKETS, batch_size)
+        self._requests[(model, endpoint, "ok")] += 1
+        self._tokens[model] += tokens
 
-    def failed(self, model: str, version: str, code: ErrorCode, total_ns: int) -> None:
+    def failed(self, model: str, version: str, endpoint: str, code: ErrorCode, total_ns: int) -> None:
         """Account a failed request under Triton's failure reason for its error class."""
         self._pending[(model, version)] -= 1
+        self._requests[(model, endpoint, "error")] += 1
         self._values[(model, version)][3] += total_ns / 1000
         self._failures[(model, version, _REASONS.get(code, "OTHER"))] += 1
 
@@ -121,20 +128,18 @@ class InferenceMetrics(Collector):
 
     def _sie(self) -> Iterator[Metric]:
         requests = CounterMetricFamily("sie_requests", "Total request count", labels=["model", "endpoint", "status"])
-        ok: defaultdict[str, float] = defaultdict(float)
-        errors: defaultdict[str, float] = defaultdict(float)
-        for (model, _), values in self._values.items():
-            ok[model] += values[0]
-        for (model, _, _), count in self._failures.items():
-            errors[model] += count
-        for model in ok.keys() | errors.keys():
-            requests.add_metric([model, ENDPOINT, "ok"], ok[model])
-            requests.add_metric([model, ENDPOINT, "error"], errors[model])
+        for model, endpoint in {key[:2] for key in self._requests}:
+            for status in ("ok", "error"):
+                requests.add_metric([model, endpoint, status], self._requests.get((model, endpoint, status), 0))
         yield requests
         yield _histogram("sie_request_duration_seconds", "Latency by phase", ["model", "endpoint", "phase"],
-                         LATENCY_BUCKETS, {(model, ENDPOINT, phase): c for (model, phase), c in self._phases.items()})
+                         LATENCY_BUCKETS, dict(self._phases))
         yield _histogram("sie_batch_size", "Batch size distribution", ["model"], BATCH_BUCKETS,
                          {(model,): counts for model, counts in self._batches.items()})
+        tokens = CounterMetricFamily("sie_tokens_processed", "Total tokens processed", labels=["model"])
+        for model, count in self._tokens.items():
+            tokens.add_metric([model], count)
+        yield tokens
         depth = GaugeMetricFamily("sie_queue_depth", "Pending items per model", labels=["model"])
         pending: defaultdict[str, int] = defaultdict(int)
         for (model, _), count in self._pending.items():

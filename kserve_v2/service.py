@@ -14,7 +14,7 @@ from kserve_v2 import __version__
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, ServerError, Unavailable, Unsupported
 from kserve_v2.inference import decode_request, encode_response
-from kserve_v2.metrics import InferenceMetrics
+from kserve_v2.metrics import ENDPOINT, InferenceMetrics
 from kserve_v2.model import ModelVersion
 from kserve_v2.repository.manager import ModelManager
 from kserve_v2.repository.overrides import parse_load_parameters
@@ -26,13 +26,15 @@ EXTENSIONS = ("model_repository", "model_configuration", "statistics")
 
 @dataclass(frozen=True, slots=True)
 class RequestReport:
-    """Where one request's time went (ns, the phases of ModelStatistics) and its trace id (or None)."""
+    """Where one request's time went (ns, the phases of ModelStatistics), the tokens a text model
+    processed, and the trace id (or None)."""
 
     total_ns: int
     queue_ns: int
     compute_input_ns: int
     compute_infer_ns: int
     compute_output_ns: int
+    tokens: int = 0
     trace_id: str | None = None
 
 
@@ -105,7 +107,8 @@ class InferenceService:
         versions = [model] if request.version else self._manager.ready_versions(request.name)
         spec = model.spec
         response = pb.ModelMetadataResponse(
-            name=spec.name, versions=[str(v.version) for v in versions], platform=model.config.platform
+            name=spec.name, versions=[str(v.version) for v in versions],
+            platform=model.config.platform or model.config.backend
         )
         for tensors, out in ((spec.inputs, response.inputs), (spec.outputs, response.outputs)):
             for tensor in tensors:
@@ -142,13 +145,15 @@ class InferenceService:
         response, _ = await self.model_infer_reported(request, carrier)
         return response
 
-    async def model_infer_reported(self, request: pb.ModelInferRequest, carrier: Mapping[str, str] | None = None
-                                   ) -> tuple[pb.ModelInferResponse, RequestReport]:
+    async def model_infer_reported(self, request: pb.ModelInferRequest, carrier: Mapping[str, str] | None = None,
+                                   endpoint: str = ENDPOINT) -> tuple[pb.ModelInferResponse, RequestReport]:
         """Run one inference request; also report where its time went and its trace id.
 
         Args:
             request: the request.
             carrier: transport headers or metadata, for a W3C ``traceparent``.
+            endpoint: the API the request came through (SIE's ``endpoint`` metric label:
+                ``infer`` for V2, ``encode``, ``score``, ``extract``, ``embeddings``).
 
         Raises:
             Unavailable: server exiting or version not ready -> UNAVAILABLE.
@@ -161,7 +166,7 @@ class InferenceService:
         with self._tracing.request("ModelInfer", carrier or {}, request.model_name) as span:
             started = time.time_ns()
             with self._manager.acquire(request.model_name, request.model_version) as model:
-                response, report = await self._run(request, model)
+                response, report = await self._run(request, model, endpoint)
             if span is None:
                 return response, report
             self._tracing.phases(span, started, {"compute_input": report.compute_input_ns, "queue": report.queue_ns,
@@ -169,7 +174,8 @@ class InferenceService:
                                                  "compute_output": report.compute_output_ns})
             return response, replace(report, trace_id=Tracing.trace_id(span))
 
-    async def _run(self, request: pb.ModelInferRequest, model: ModelVersion) -> tuple[pb.ModelInferResponse, RequestReport]:
+    async def _run(self, request: pb.ModelInferRequest, model: ModelVersion, endpoint: str
+                   ) -> tuple[pb.ModelInferResponse, RequestReport]:
         started = time.perf_counter_ns()
         version = str(model.version)
         if self._metrics is not None:
@@ -178,27 +184,29 @@ class InferenceService:
             decoded = decode_request(request, model.spec)
             decoded_at = time.perf_counter_ns()
             try:
-                arrays, queue_ns, infer_ns = await model.run(decoded.feeds, [t.name for t in decoded.outputs])
+                execution, queue_ns, infer_ns = await model.run(
+                    decoded.feeds, [t.name for t in decoded.outputs], decoded.parameters)
             except ServerError:
                 raise
             except Exception as err:
-                raise InternalError(f"onnxruntime execution failed for model '{model.name}': {err}") from err
+                raise InternalError(f"{model.config.backend} execution failed for model '{model.name}': {err}") from err
             ran_at = time.perf_counter_ns()
-            response = encode_response(request, model.spec, model.version, decoded.outputs, arrays)
+            response = encode_response(request, model.spec, model.version, decoded.outputs, execution.outputs)
         except BaseException as err:
             elapsed = time.perf_counter_ns() - started
             model.stats.record_failure(elapsed)
             if self._metrics is not None:
                 code = err.code if isinstance(err, ServerError) else ErrorCode.CANCELLED
-                self._metrics.failed(model.name, version, code, elapsed)
+                self._metrics.failed(model.name, version, endpoint, code, elapsed)
             raise
         finished = time.perf_counter_ns()
-        timing = RequestReport(finished - started, queue_ns, decoded_at - started, infer_ns, finished - ran_at)
+        timing = RequestReport(finished - started, queue_ns, decoded_at - started + execution.pre_ns, infer_ns,
+                               finished - ran_at + execution.post_ns, tokens=execution.tokens)
         phases = (timing.total_ns, timing.queue_ns, timing.compute_input_ns, timing.compute_infer_ns,
                   timing.compute_output_ns)
         model.stats.record_success(decoded.batch_size, *phases)
         if self._metrics is not None:
-            self._metrics.succeeded(model.name, version, decoded.batch_size, *phases)
+            self._metrics.succeeded(model.name, version, endpoint, decoded.batch_size, execution.tokens, *phases)
         return response, timing
 
     # ---- model repository ----------------------------------------------------------------

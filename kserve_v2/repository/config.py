@@ -14,13 +14,12 @@ from pathlib import Path
 
 from google.protobuf import json_format, text_format
 
+from kserve_v2 import backend
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.runtime.onnx import OnnxTensor
 
 CONFIG_FILE = "config.pbtxt"
 PLATFORM = "onnxruntime_onnx"
-BACKEND = "onnxruntime"
-DEFAULT_MODEL_FILENAME = "model.onnx"
 DEFAULT_MAX_BATCH_SIZE = 4
 DEFAULT_CPU_INSTANCES = 2
 
@@ -47,23 +46,16 @@ def read_config(model_dir: Path, name: str, override_json: str | None = None) ->
     if config.name and config.name != name:
         raise ConfigError(f"model name '{config.name}' in the configuration does not match the folder name '{name}'")
     config.name = name
-    if not config.platform and not config.backend:
-        config.platform, config.backend = PLATFORM, BACKEND
-    if config.platform not in ("", PLATFORM) or config.backend not in ("", BACKEND):
+    if config.platform in ("", PLATFORM) and config.backend in ("", backend.ONNXRUNTIME):
+        config.platform, config.backend = PLATFORM, backend.ONNXRUNTIME
+    elif config.platform or backend.find(config.backend) is None:
         raise ConfigError(
-            f"unsupported platform '{config.platform}' / backend '{config.backend}': "
-            f"this server runs '{PLATFORM}' models"
+            f"unsupported platform '{config.platform}' / backend '{config.backend}': this server runs "
+            f"platform '{PLATFORM}' and the backends {backend.names()}"
         )
-    config.platform, config.backend = PLATFORM, BACKEND
     if config.max_batch_size < 0:
         raise ConfigError("max_batch_size must be >= 0")
     return config
-
-
-def model_file(model_dir: Path, version: int, config: mc.ModelConfig) -> Path:
-    """The ONNX file of a version: ``default_model_filename`` (a file, or a folder holding model.onnx)."""
-    path = model_dir / str(version) / (config.default_model_filename or DEFAULT_MODEL_FILENAME)
-    return path / DEFAULT_MODEL_FILENAME if path.is_dir() else path
 
 
 def complete_instances(config: mc.ModelConfig, gpus: int) -> None:
@@ -91,9 +83,14 @@ def complete_instances(config: mc.ModelConfig, gpus: int) -> None:
             raise ConfigError("instance group kind KIND_MODEL is not supported by the onnxruntime backend")
 
 
-def complete_tensors(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequence[OnnxTensor]) -> None:
-    """Fill max_batch_size, inputs and outputs the configuration leaves out, from the graph (in place)."""
-    if not config.input and not config.output and config.max_batch_size == 0 and _batchable(inputs, outputs):
+def complete_tensors(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequence[OnnxTensor],
+                     batchable: bool = True) -> None:
+    """Fill max_batch_size, inputs and outputs the configuration leaves out, from the interface (in place).
+
+    ``batchable``: whether the backend lets auto-complete turn on batching (Triton's rule above).
+    """
+    if (batchable and not config.input and not config.output and config.max_batch_size == 0
+            and _batchable(inputs, outputs)):
         config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
     skip = 1 if config.max_batch_size > 0 else 0
     _complete_tensors(config.input, inputs, skip, add_missing=True)
@@ -139,6 +136,8 @@ def _complete_tensors(declared: Sequence[mc.ModelInput] | Sequence[mc.ModelOutpu
             if found.name not in names:
                 tensor = declared.add()  # type: ignore[attr-defined]
                 tensor.name = found.name
+                if found.optional:
+                    tensor.optional = True
                 tensor.data_type = mc.DataType.Value(found.dtype.config)
                 tensor.dims.extend(found.shape[skip:])
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kserve_v2 import backend
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.model import ModelVersion
 from kserve_v2.repository import config as cfg
 from kserve_v2.repository import layout
-from kserve_v2.runtime.onnx import OnnxSession, session_options
 
 
 @dataclass
@@ -30,9 +30,9 @@ class LoadResult:
 
 
 def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None = None) -> LoadResult:
-    """Read the configuration, pick versions by policy, and create one ORT session per version.
+    """Read the configuration, pick versions by policy, and open each version with its backend.
 
-    The newest version's graph auto-completes the configuration; the others are validated
+    The newest version's interface auto-completes the configuration; the others are validated
     against it. Never raises: every failure becomes a reason in the result.
     """
     result = LoadResult()
@@ -46,27 +46,19 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None 
     if not versions:
         result.error = f"at least one version must be available under the version policy of model '{name}'"
         return result
+    opener = backend.find(config.backend)
+    assert opener is not None  # read_config accepts only known backends
     completed = False
     for version in sorted(versions, reverse=True):
         try:
-            session = _open_session(model_dir, version, config)
+            executable = opener(model_dir, version, config)
             if not completed:
-                cfg.complete_tensors(config, session.inputs, session.outputs)
-            cfg.validate(config, session.inputs, session.outputs)
+                cfg.complete_tensors(config, executable.inputs, executable.outputs, executable.batchable)
+            cfg.validate(config, executable.inputs, executable.outputs)
             completed = True
-            result.loaded[version] = ModelVersion(name, version, config, session)
+            result.loaded[version] = ModelVersion(name, version, config, executable)
         except Exception as err:  # noqa: BLE001 - any load failure is reported as the version's reason
             result.failed[version] = f"failed to load model '{name}' version {version}: {err}"
     result.config = config
     return result
 
-
-def _open_session(model_dir: Path, version: int, config: mc.ModelConfig) -> OnnxSession:
-    path = cfg.model_file(model_dir, version, config)
-    if not path.is_file():
-        raise FileNotFoundError(f"model file '{path.relative_to(model_dir)}' not found")
-    parameters = {key: value.string_value for key, value in config.parameters.items()}
-    options = session_options(parameters, config.optimization.graph.level)
-    group = config.instance_group[0]
-    use_cuda = group.kind == mc.ModelInstanceGroup.KIND_GPU
-    return OnnxSession(path, options, use_cuda, group.gpus[0] if use_cuda else 0)

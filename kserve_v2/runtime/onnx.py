@@ -16,6 +16,7 @@ import numpy as np
 import onnxruntime as ort
 
 from kserve_v2 import datatypes
+from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.datatypes import BF16, BYTES, DType
 from kserve_v2.errors import InvalidInput
 from kserve_v2.runtime.device import CPU_EP, CUDA_EP
@@ -29,11 +30,13 @@ _BF16_ONNX_ELEMENT_TYPE = 16
 
 @dataclass(frozen=True, slots=True)
 class OnnxTensor:
-    """An ONNX graph input or output: name, datatype, shape (-1 for symbolic dims)."""
+    """A model input or output: name, datatype, shape (-1 for symbolic dims), and whether a
+    request may omit it (inputs of backends with optional inputs; graph inputs never are)."""
 
     name: str
     dtype: DType
     shape: tuple[int, ...]
+    optional: bool = False
 
 
 def session_options(parameters: Mapping[str, str], graph_level: int) -> ort.SessionOptions:
@@ -60,6 +63,20 @@ def session_options(parameters: Mapping[str, str], graph_level: int) -> ort.Sess
     # A spinning intra-op pool steals the cores the gRPC front end needs between requests.
     options.add_session_config_entry("session.intra_op.allow_spinning", parameters.get("allow_spinning", "0"))
     return options
+
+
+def open_session(path: Path, config: mc.ModelConfig) -> OnnxSession:
+    """Create the session of a completed configuration: options from its ``parameters`` and
+    graph level, the execution provider from its first instance group (CUDA for KIND_GPU).
+
+    Raises:
+        ValueError: a malformed session parameter; anything ORT raises for an invalid model.
+    """
+    parameters = {key: value.string_value for key, value in config.parameters.items()}
+    options = session_options(parameters, config.optimization.graph.level)
+    group = config.instance_group[0]
+    use_cuda = group.kind == mc.ModelInstanceGroup.KIND_GPU
+    return OnnxSession(path, options, use_cuda, group.gpus[0] if use_cuda else 0)
 
 
 class OnnxSession:

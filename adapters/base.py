@@ -1,0 +1,153 @@
+"""The shared part of every text backend: pre (tokenize) -> core (ONNX Runtime) -> post.
+
+A text model's folder holds ``<version>/model.onnx`` and ``<version>/tokenizer.json``; its
+``config.pbtxt`` names the backend and may set ``parameters``:
+``max_sequence_length`` (tokens per item; default: the tokenizer file's truncation, else 512)
+plus the backend's own. Requests may carry the parameter ``overflow_policy`` (``default``,
+``truncate_text``, ``error``; SIE's ``options.overflow_policy``). Only ``infer`` touches ORT.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from adapters.tokenizer import Batch, TextTokenizer
+from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.backend import Execution, Parameter
+from kserve_v2.datatypes import BYTES
+from kserve_v2.errors import InvalidInput
+from kserve_v2.runtime.onnx import OnnxTensor, open_session
+
+TOKENIZER_FILE = "tokenizer.json"
+DEFAULT_MAX_LENGTH = 512
+
+
+class Clock:
+    """Splits one execution into pre, model and post time (ns)."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter_ns()
+        self.first_model = 0
+        self.model_ns = 0
+
+    def execution(self, outputs: list[np.ndarray], tokens: int) -> Execution:
+        total = time.perf_counter_ns() - self.started
+        pre = (self.first_model or time.perf_counter_ns()) - self.started
+        return Execution(outputs, pre, max(total - pre - self.model_ns, 0), tokens)
+
+
+class TextAdapter:
+    """Base class of the text backends (an ``Executable``).
+
+    Subclasses set ``inputs`` and ``outputs`` (the V2 interface) and implement ``compute``.
+    Thread-safe: the tokenizer and the session are only read.
+    """
+
+    batchable = False
+    inputs: tuple[OnnxTensor, ...]
+    outputs: tuple[OnnxTensor, ...]
+
+    def __init__(self, model_dir: Path, version: int, config: mc.ModelConfig) -> None:
+        """Open the tokenizer and the ONNX session, and write ``max_sequence_length`` into the config.
+
+        Raises:
+            FileNotFoundError: no model.onnx or tokenizer.json; ValueError: a malformed parameter;
+            anything ORT or tokenizers raise for unreadable files (the load failure reason).
+        """
+        self.folder = model_dir / str(version)
+        self.name = config.name
+        self.parameters = {key: value.string_value for key, value in config.parameters.items()}
+        for required in ("model.onnx", TOKENIZER_FILE):
+            if not (self.folder / required).is_file():
+                raise FileNotFoundError(f"'{version}/{required}' not found")
+        max_length = int(self.parameters.get("max_sequence_length") or _file_max_length(self.folder / TOKENIZER_FILE))
+        if max_length < 2:
+            raise ValueError(f"max_sequence_length must be >= 2, got {max_length}")
+        config.parameters["max_sequence_length"].string_value = str(max_length)
+        self.tokenizer = TextTokenizer(self.folder / TOKENIZER_FILE, max_length, config.name)
+        self.session = open_session(self.folder / "model.onnx", config)
+        self.on_cuda = self.session.on_cuda
+        self._graph_inputs = [t.name for t in self.session.inputs]
+
+    def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+                parameters: Mapping[str, Parameter]) -> Execution:
+        """Run one request: ``compute`` gives every wanted output; return them in the requested order."""
+        clock = Clock()
+        computed, tokens = self.compute(feeds, set(output_names), parameters, clock)
+        return clock.execution([computed[name] for name in output_names], tokens)
+
+    def compute(self, feeds: dict[str, np.ndarray], wanted: set[str], parameters: Mapping[str, Parameter],
+                clock: Clock) -> tuple[dict[str, np.ndarray], int]:
+        """Return (output name -> array for at least every ``wanted`` name, tokens processed)."""
+        raise NotImplementedError
+
+    def infer(self, batch: Batch, clock: Clock) -> list[np.ndarray]:
+        """Run the ONNX model on a tokenized batch; every graph output, in graph order."""
+        started = time.perf_counter_ns()
+        clock.first_model = clock.first_model or started
+        feeds = {name: batch.feeds[name] for name in self._graph_inputs}
+        outputs = self.session.run(feeds, [t.name for t in self.session.outputs])
+        clock.model_ns += time.perf_counter_ns() - started
+        return outputs
+
+    def encode(self, items: Sequence[str | tuple[str, str]], parameters: Mapping[str, Parameter]) -> Batch:
+        """Tokenize under the request's ``overflow_policy`` (see ``TextTokenizer.encode``)."""
+        return self.tokenizer.encode(items, string_parameter(parameters, "overflow_policy", "default"))
+
+
+def texts(feeds: Mapping[str, np.ndarray], name: str) -> list[str]:
+    """A BYTES input as text.
+
+    Raises:
+        InvalidInput: no items, or an item that is not UTF-8 -> INVALID_ARGUMENT / 400.
+    """
+    items = feeds[name].reshape(-1)
+    if not len(items):
+        raise InvalidInput(f"input '{name}' has no items: send at least one text")
+    out = []
+    for index, item in enumerate(items):
+        try:
+            out.append(item.decode("utf-8") if isinstance(item, bytes) else str(item))
+        except UnicodeDecodeError:
+            raise InvalidInput(f"item {index} of input '{name}' is not valid UTF-8 text") from None
+    return out
+
+
+def string_parameter(parameters: Mapping[str, Parameter], key: str, default: str) -> str:
+    """A string request parameter.
+
+    Raises:
+        InvalidInput: present with another type -> INVALID_ARGUMENT / 400.
+    """
+    value = parameters.get(key, default)
+    if not isinstance(value, str):
+        raise InvalidInput(f"parameter '{key}' must be a string")
+    return value
+
+
+def with_instruction(instruction: str, text: str) -> str:
+    """SIE's instruction prefix: ``instruction``, a space unless it ends in whitespace, then the text."""
+    if not instruction:
+        return text
+    return instruction + text if instruction[-1].isspace() else f"{instruction} {text}"
+
+
+def text_input(name: str, optional: bool = False, shape: tuple[int, ...] = (-1,)) -> OnnxTensor:
+    """A BYTES text input of the V2 interface."""
+    return OnnxTensor(name, BYTES, shape, optional)
+
+
+def l2_normalize(array: np.ndarray) -> np.ndarray:
+    """Rows (last axis) scaled to unit length; zero rows stay zero. float32 in, float32 out."""
+    norms = np.linalg.norm(array, axis=-1, keepdims=True)
+    return array / np.maximum(norms, 1e-12)
+
+
+def _file_max_length(path: Path) -> int:
+    truncation = json.loads(path.read_text(encoding="utf-8")).get("truncation") or {}
+    return int(truncation.get("max_length") or DEFAULT_MAX_LENGTH)

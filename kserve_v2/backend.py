@@ -1,0 +1,109 @@
+"""The backend interface: what a loaded model version executes, and the registry of backends.
+
+A model's ``config.pbtxt`` names its backend (Triton's ``backend`` field). ``onnxruntime`` is
+built in: the graph's tensors are the model's V2 interface. Other backends (the text adapters in
+``adapters/``) are found through the ``kserve_v2.backends`` entry-point group, so the core never
+imports them; each entry point is an ``Opener``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.runtime.onnx import OnnxSession, OnnxTensor, open_session
+
+ONNXRUNTIME = "onnxruntime"
+ENTRY_POINT_GROUP = "kserve_v2.backends"
+# A request parameter's value, as the V2 protocol carries it
+Parameter = bool | int | float | str
+
+
+@dataclass(slots=True)
+class Execution:
+    """The result of one execution.
+
+    Attributes:
+        outputs: one array per requested output, in the requested order.
+        pre_ns, post_ns: time spent before and after the model itself (tokenization and
+            post-processing, ns); reported as compute input and compute output.
+        tokens: tokens the model processed (0 for tensor models).
+    """
+
+    outputs: list[np.ndarray]
+    pre_ns: int = 0
+    post_ns: int = 0
+    tokens: int = 0
+
+
+class Executable(Protocol):
+    """One loaded version as its backend runs it.
+
+    Attributes:
+        inputs, outputs: the V2 interface (names, datatypes, shapes with -1 wildcards), used to
+            auto-complete and validate ``config.pbtxt``.
+        on_cuda: whether it runs on the CUDA execution provider.
+        batchable: whether auto-complete may turn on batching (``max_batch_size``).
+    """
+
+    inputs: tuple[OnnxTensor, ...]
+    outputs: tuple[OnnxTensor, ...]
+    on_cuda: bool
+    batchable: bool
+
+    def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+                parameters: Mapping[str, Parameter]) -> Execution:
+        """Run one request (blocking, off the event loop); errors are ``ServerError``s or ORT's."""
+        ...
+
+
+# (model folder, version, completed configuration) -> the version, or an exception as the load failure reason
+Opener = Callable[[Path, int, mc.ModelConfig], Executable]
+
+
+class OnnxModel:
+    """The built-in backend: an ONNX graph whose tensors are the V2 interface."""
+
+    batchable = True
+
+    def __init__(self, session: OnnxSession) -> None:
+        self._session = session
+        self.inputs, self.outputs, self.on_cuda = session.inputs, session.outputs, session.on_cuda
+
+    def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+                parameters: Mapping[str, Parameter]) -> Execution:
+        """``OnnxSession.run``; request parameters do not concern the graph."""
+        return Execution(self._session.run(feeds, output_names))
+
+
+def open_onnx(model_dir: Path, version: int, config: mc.ModelConfig) -> OnnxModel:
+    """Open ``<model_dir>/<version>/<default_model_filename>`` (a file, or a folder with model.onnx).
+
+    Raises:
+        FileNotFoundError: no model file; anything ORT raises for an invalid model.
+    """
+    path = model_dir / str(version) / (config.default_model_filename or "model.onnx")
+    path = path / "model.onnx" if path.is_dir() else path
+    if not path.is_file():
+        raise FileNotFoundError(f"model file '{path.relative_to(model_dir)}' not found")
+    return OnnxModel(open_session(path, config))
+
+
+def find(name: str) -> Opener | None:
+    """The opener of backend ``name``: built in, or from an installed entry point; None if unknown."""
+    if name == ONNXRUNTIME:
+        return open_onnx
+    for entry in entry_points(group=ENTRY_POINT_GROUP, name=name):
+        return entry.load()
+    return None
+
+
+def names() -> list[str]:
+    """Every backend this installation can run."""
+    return sorted({ONNXRUNTIME, *(e.name for e in entry_points(group=ENTRY_POINT_GROUP))})
