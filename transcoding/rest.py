@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gzip
 import time
-import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,15 +24,19 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from kserve_v2._proto import grpc_service_pb2 as pb
-from kserve_v2.errors import InvalidInput, TooLarge
-from kserve_v2.service import InferenceService, RequestReport
+from kserve_v2.errors import InvalidInput
+from kserve_v2.service import InferenceService
 from kserve_v2.status import StatusReporter
+from transcoding.http_body import compressed, read_body
 from transcoding.http_metrics import HttpMetrics, HttpMetricsMiddleware
 from transcoding.http_status import error_response
 from transcoding.json_pb import message_to_json
 from transcoding.json_tensors import load_json, parse_infer_request, raw_binary_request, render_infer_response
+from transcoding.openai_embeddings import embeddings_route
 from transcoding.openapi import openapi_document
+from transcoding.sie import sie_routes
 from transcoding.status_page import status_page, status_socket
+from transcoding.timing import timing_headers
 
 HEADER_LENGTH = "inference-header-content-length"
 # Swagger UI from the swagger-ui-bundle package's files: the page works with no network.
@@ -102,7 +104,7 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
     async def infer(request: Request) -> Response:
         received = time.perf_counter_ns()
         name, version = path(request)
-        body = await _read_body(request, max_input_bytes)
+        body = await read_body(request, max_input_bytes)
         length = request.headers.get(HEADER_LENGTH)
         header_length = _header_length(length)
         if header_length == 0:
@@ -118,17 +120,17 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         if json_length is not None:
             headers["Inference-Header-Content-Length"] = str(json_length)
         media = "application/json" if json_length is None else "application/octet-stream"
-        return _compressed(content, request.headers.get("accept-encoding", ""), headers, media)
+        return compressed(content, request.headers.get("accept-encoding", ""), headers, media)
 
     async def repository_index(request: Request) -> Response:
-        body = load_json(await _read_body(request, max_input_bytes))
+        body = load_json(await read_body(request, max_input_bytes))
         ready = bool(body.get("ready", False)) if isinstance(body, dict) else False
         index = service.repository_index(pb.RepositoryIndexRequest(ready=ready))
         rows = [{k: v for k, v in message_to_json(m).items() if v != "" or k == "name"} for m in index.models]
         return JSONResponse(rows)
 
     async def load(request: Request) -> Response:
-        body = load_json(await _read_body(request, max_input_bytes))
+        body = load_json(await read_body(request, max_input_bytes))
         message = pb.RepositoryModelLoadRequest(model_name=request.path_params["model"])
         for key, value in _repository_parameters(body).items():
             _repository_parameter(message.parameters[key], key, value)
@@ -136,7 +138,7 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         return JSONResponse({})
 
     async def unload(request: Request) -> Response:
-        body = load_json(await _read_body(request, max_input_bytes))
+        body = load_json(await read_body(request, max_input_bytes))
         message = pb.RepositoryModelUnloadRequest(model_name=request.path_params["model"])
         for key, value in _repository_parameters(body).items():
             _repository_parameter(message.parameters[key], key, value)
@@ -175,6 +177,7 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
             Route(prefix + "/infer", route(infer), methods=["POST"]),
         ]
 
+    routes += [*sie_routes(service, max_input_bytes), embeddings_route(service, max_input_bytes)]
     if registry is not None:
         routes.append(Route("/metrics", metrics_endpoint(registry), methods=["GET"]))
     if reporter is not None:
@@ -204,18 +207,6 @@ def build_metrics_app(registry: CollectorRegistry) -> Starlette:
     return Starlette(routes=[Route("/metrics", metrics_endpoint(registry), methods=["GET"])])
 
 
-def timing_headers(timing: RequestReport, total_ns: int) -> dict[str, str]:
-    """SIE's timing headers in ms (``sie-http-api.txt``): total time of the HTTP request, and the
-    phases the core measured - queue (waiting for an instance), tokenization (decoding the request
-    into tensors), inference (the model) and postprocessing (encoding outputs, only when > 0)."""
-    headers = {"X-Total-Time": f"{total_ns / 1e6:.3f}", "X-Queue-Time": f"{timing.queue_ns / 1e6:.3f}",
-               "X-Tokenization-Time": f"{timing.compute_input_ns / 1e6:.3f}",
-               "X-Inference-Time": f"{timing.compute_infer_ns / 1e6:.3f}"}
-    if timing.compute_output_ns > 0:
-        headers["X-Postprocessing-Time"] = f"{timing.compute_output_ns / 1e6:.3f}"
-    return headers
-
-
 def _health(body: dict[str, Any], key: str) -> Response:
     """200 with the JSON body when true, 400 when false (V2: 4xx means false; KServe clients read the body)."""
     return JSONResponse(body, status_code=200 if body[key] else 400)
@@ -227,48 +218,6 @@ def _header_length(value: str | None) -> int | None:
     if not value.isdigit() or len(value) > 18:
         raise InvalidInput(f"Inference-Header-Content-Length '{value[:40]}' is not a valid length")
     return int(value)
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, decompressed (Content-Encoding gzip or deflate), never more than ``limit`` bytes.
-
-    Raises:
-        TooLarge: over the limit before or after decompression -> 413.
-        InvalidInput: corrupt compressed data or an unknown encoding -> 400.
-    """
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise TooLarge(f"request body of {declared} bytes is over the {limit}-byte limit (--http-max-input-size)")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge(f"request body is over the {limit}-byte limit (--http-max-input-size)")
-        chunks.append(chunk)
-    body = b"".join(chunks)
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
-    if encoding in ("", "identity"):
-        return body
-    if encoding not in ("gzip", "deflate"):
-        raise InvalidInput(f"unsupported Content-Encoding '{encoding}': use gzip or deflate")
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
-    try:
-        data = inflater.decompress(body, limit + 1)
-    except zlib.error as err:
-        raise InvalidInput(f"corrupt {encoding} body: {err}") from None
-    if len(data) > limit or inflater.unconsumed_tail:
-        raise TooLarge(f"decompressed request body is over the {limit}-byte limit (--http-max-input-size)")
-    return data
-
-
-def _compressed(content: bytes, accept: str, headers: dict[str, str], media: str) -> Response:
-    """Compress with gzip or deflate when the client accepts it (Triton's response compression)."""
-    accepted = {part.split(";")[0].strip().lower() for part in accept.split(",")}
-    if "gzip" in accepted:
-        content, headers = gzip.compress(content, compresslevel=1), {**headers, "Content-Encoding": "gzip"}
-    elif "deflate" in accepted:
-        content, headers = zlib.compress(content, 1), {**headers, "Content-Encoding": "deflate"}
-    return Response(content, media_type=media, headers=headers)
 
 
 def _repository_parameters(body: Any) -> dict[str, Any]:

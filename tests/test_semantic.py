@@ -1,0 +1,310 @@
+"""Semantic endpoints (SIE routes, OpenAI embeddings) on the real text models of ../shared/models.
+
+The server runs the text adapters that `make models` installs (examples/fetch_text_models.py,
+files symlinked), plus a tiny generated cross-encoder: no cross-encoder ships on PyPI.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import msgpack
+import msgpack_numpy
+import numpy as np
+import openai
+import pytest
+import tritonclient.grpc as grpcclient
+from onnx import TensorProto, helper
+from prometheus_client.parser import text_string_to_metric_families
+from tokenizers import Tokenizer
+
+from helpers import ROOT, SHARED_MODELS, add_model, make_model, start_server
+
+SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "A cheetah is running behind its prey."]
+REFERENCE = {"all-MiniLM-L6-v2": (0.7553, 0.1419), "all-MiniLM-L6-v2-int8": (0.7535, 0.1371)}
+PII = ("Please send the contract to John Smith at john.smith@example.com or call him on (415) 555-0132. "
+       "He lives at 1600 Pennsylvania Avenue, Washington, DC 20500.")
+JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+LONG_TEXT = " ".join(["word"] * 600)
+VOCAB = 30522
+
+pytestmark = pytest.mark.skipif(not (SHARED_MODELS / "all-MiniLM-L6-v2").is_dir(),
+                                reason="needs ../shared/models (CI has it; `make models` fetches what PyPI has)")
+
+
+def _reranker_weights() -> np.ndarray:
+    return np.random.default_rng(7).normal(size=(VOCAB, 1)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def text_server(tmp_path_factory):
+    repository = tmp_path_factory.mktemp("text-repo")
+    subprocess.run([sys.executable, str(ROOT / "examples" / "fetch_text_models.py"), "--shared", str(SHARED_MODELS),
+                    "--repository", str(repository), "--link"], check=True, capture_output=True)
+    # a cross-encoder: logit = sum over real tokens of a per-token weight (Gather, mask, ReduceSum)
+    weights = helper.make_tensor("W", TensorProto.FLOAT, [VOCAB, 1], _reranker_weights().reshape(-1).tolist())
+    nodes = [helper.make_node("Gather", ["W", "input_ids"], ["g"]),
+             helper.make_node("Cast", ["attention_mask"], ["m"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["m", "axis"], ["m3"]),
+             helper.make_node("Mul", ["g", "m3"], ["gm"]),
+             helper.make_node("ReduceSum", ["gm", "seq_axis"], ["logits"], keepdims=0)]
+    graph = make_model(nodes, [("input_ids", TensorProto.INT64, [None, None]), ("attention_mask", TensorProto.INT64, [None, None])],
+                       [("logits", TensorProto.FLOAT, [None, 1])]).graph
+    graph.initializer.extend([weights, helper.make_tensor("axis", TensorProto.INT64, [1], [2]),
+                              helper.make_tensor("seq_axis", TensorProto.INT64, [1], [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    folder = add_model(repository, "tiny-reranker", model, 'backend: "text_rerank"\nparameters { key: "max_sequence_length" value { string_value: "64" } }')
+    (folder / "1" / "tokenizer.json").symlink_to(SHARED_MODELS / "all-MiniLM-L6-v2" / "1" / "tokenizer.json")
+    server = start_server(repository, tmp_path_factory.mktemp("logs"))
+    yield server
+    assert server.stop() == 0
+
+
+def call(server, path: str, body: object = None, headers: dict[str, str] | None = None, raw: bytes | None = None):
+    """(status, headers, decoded body) of a request; JSON unless the reply is msgpack."""
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    request = urllib.request.Request(f"http://{server.http_url}{path}", data=data, headers=headers or JSON_HEADERS,
+                                     method="GET" if data is None else "POST")
+    try:
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            status, reply_headers, content = reply.status, reply.headers, reply.read()
+    except urllib.error.HTTPError as err:
+        status, reply_headers, content = err.code, err.headers, err.read()
+    if reply_headers.get("content-type", "").startswith("application/msgpack"):
+        return status, reply_headers, msgpack.unpackb(content, object_hook=msgpack_numpy.decode)
+    return status, reply_headers, json.loads(content)
+
+
+def cosines(vectors) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors[1:] @ vectors[0]
+
+
+# ---- the SIE document's curl examples, verbatim but for model names ----------------------------
+
+def test_document_examples(text_server) -> None:
+    status, headers, body = call(text_server, "/v1/encode/sentence-transformers/all-MiniLM-L6-v2",
+                                 {"items": [{"text": "Hello, world!"}]})
+    assert status == 200 and body["model"] == "all-MiniLM-L6-v2"
+    dense = body["items"][0]["dense"]
+    assert dense["dims"] == 384 and dense["dtype"] == "float32" and len(dense["values"]) == 384
+    assert float(headers["X-Total-Time"]) >= float(headers["X-Inference-Time"]) > 0
+
+    status, _, body = call(text_server, "/v1/encode/splade-tiny", {
+        "items": [{"text": "Search query"}],
+        "params": {"output_types": ["dense", "sparse"], "instruction": "Represent this query for retrieval:"}})
+    assert status == 400 and body["detail"]["code"] == "INVALID_INPUT" and "'dense'" in body["detail"]["message"]
+    status, _, body = call(text_server, "/v1/encode/splade-tiny", {
+        "items": [{"text": "Search query"}],
+        "params": {"output_types": ["sparse"], "instruction": "Represent this query for retrieval:"}})
+    sparse = body["items"][0]["sparse"]
+    assert status == 200 and sparse["dims"] == VOCAB and len(sparse["indices"]) == len(sparse["values"]) > 0
+    assert sparse["indices"] == sorted(sparse["indices"])
+
+    status, _, body = call(text_server, "/v1/score/all-MiniLM-L6-v2", {
+        "query": {"text": "What is machine learning?"},
+        "items": [{"id": "doc-1", "text": "ML uses algorithms to learn from data."},
+                  {"id": "doc-2", "text": "The weather is sunny today."}]})
+    assert status == 200 and [(s["item_id"], s["rank"]) for s in body["scores"]] == [("doc-1", 0), ("doc-2", 1)]
+    assert body["scores"][0]["score"] > body["scores"][1]["score"]
+
+    status, _, body = call(text_server, "/v1/extract/rampart-pii-ner", {
+        "items": [{"text": "Tim Cook is the CEO of Apple Inc."}], "params": {"labels": ["person", "organization", "role"]}})
+    assert status == 200 and body == {"model": "rampart-pii-ner", "items": [{"id": "item-0", "entities": []}]}
+
+    status, _, body = call(text_server, "/v1/extract/rampart-pii-ner", {
+        "items": [{"text": LONG_TEXT}], "params": {"labels": ["positive", "negative", "neutral"],
+                                                   "options": {"overflow_policy": "truncate_text"}}})
+    assert status == 200 and body["items"][0]["entities"] == []
+
+    status, _, body = call(text_server, "/v1/models")
+    by_name = {m["name"]: m for m in body["models"]}
+    assert status == 200 and set(by_name) == {"all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8", "splade-tiny",
+                                              "rampart-pii-ner", "tiny-reranker"}
+    assert by_name["all-MiniLM-L6-v2"]["dims"] == {"dense": 384, "multivector": 384}
+    assert by_name["all-MiniLM-L6-v2"]["max_sequence_length"] == 256 and by_name["splade-tiny"]["dims"] == {"sparse": VOCAB}
+    assert by_name["tiny-reranker"]["outputs"] == ["score"] and by_name["rampart-pii-ner"]["loaded"] is True
+    status, _, body = call(text_server, "/v1/models/sentence-transformers/all-MiniLM-L6-v2")
+    assert status == 200 and body["name"] == "all-MiniLM-L6-v2"
+
+    status, _, body = call(text_server, "/v1/embeddings", {"model": "all-MiniLM-L6-v2", "input": ["Hello, world!"]})
+    assert status == 200 and body["object"] == "list" and body["data"][0]["object"] == "embedding"
+    assert len(body["data"][0]["embedding"]) == 384 and body["usage"] == {"prompt_tokens": 6, "total_tokens": 6}
+
+    for path in ("/healthz", "/readyz"):
+        assert call(text_server, path)[::2] == (200, "ok")
+
+
+# ---- real results --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model", list(REFERENCE))
+def test_openai_sdk_embeddings_match_the_reference(text_server, model: str) -> None:
+    client = openai.OpenAI(base_url=f"http://{text_server.http_url}/v1", api_key="unused")
+    result = client.embeddings.create(model=model, input=SENTENCES)  # the SDK asks for base64 and decodes it
+    assert [d.index for d in result.data] == [0, 1, 2]
+    np.testing.assert_allclose(cosines([d.embedding for d in result.data]), REFERENCE[model], atol=1e-3)
+    assert result.usage.prompt_tokens == result.usage.total_tokens > 3 * 5
+    floats = client.embeddings.create(model=model, input=SENTENCES[0], encoding_format="float")
+    np.testing.assert_allclose(floats.data[0].embedding, result.data[0].embedding, atol=1e-6)
+    with pytest.raises(openai.BadRequestError) as error:
+        client.embeddings.create(model=model, input="x", dimensions=128)
+    assert "dimensions=128" in error.value.response.json()["detail"]["message"]
+    with pytest.raises(openai.NotFoundError) as error:
+        client.embeddings.create(model="no-such-model", input="x")
+    assert error.value.response.json()["detail"]["code"] == "MODEL_NOT_FOUND"
+
+
+def test_sparse_and_bi_encoder_scores_rank_the_relevant_passage_first(text_server) -> None:
+    passages = [{"id": "paris", "text": "Paris is the capital and most populous city of France."},
+                {"id": "cell", "text": "The mitochondria is the powerhouse of the cell."}]
+    query = {"id": "q", "text": "what is the capital of france"}
+    _, _, body = call(text_server, "/v1/score/splade-tiny", {"query": query, "items": passages})
+    assert body["query_id"] == "q" and [s["item_id"] for s in body["scores"]] == ["paris", "cell"]
+    assert body["scores"][0]["score"] == pytest.approx(18.7, abs=0.1) and body["scores"][1]["score"] == pytest.approx(2.6, abs=0.1)
+    _, _, body = call(text_server, "/v1/encode/splade-tiny", {"items": [query], "params": {"output_types": ["sparse"]}})
+    sparse = body["items"][0]["sparse"]
+    tokenizer = Tokenizer.from_file(str(SHARED_MODELS / "splade-tiny" / "1" / "tokenizer.json"))
+    top = sorted(zip(sparse["values"], sparse["indices"], strict=True), reverse=True)[:4]
+    assert len(sparse["indices"]) == 15 and body["items"][0]["id"] == "q"
+    assert [tokenizer.id_to_token(i) for _, i in top] == ["capital", "france", "french", "city"]
+    assert top[0][0] == pytest.approx(2.79, abs=0.01)
+    _, _, body = call(text_server, "/v1/score/all-MiniLM-L6-v2", {"query": {"text": SENTENCES[0]},
+                                                                  "items": [{"text": s} for s in SENTENCES[1:]]})
+    assert [round(s["score"], 3) for s in body["scores"]] == [0.755, 0.142]
+
+
+def test_extraction_finds_the_reference_spans(text_server) -> None:
+    _, _, body = call(text_server, "/v1/extract/rampart-pii-ner", {"items": [{"id": "doc", "text": PII}]})
+    entities = body["items"][0]["entities"]
+    assert body["items"][0]["id"] == "doc"
+    found = {e["label"]: e for e in entities}
+    for label, text in (("GIVEN_NAME", "John"), ("SURNAME", "Smith"), ("EMAIL", "john.smith@example.com"),
+                        ("PHONE", "(415) 555-0132"), ("STREET_NAME", "Pennsylvania Avenue"), ("ZIP_CODE", "20500")):
+        assert found[label]["text"] == text and PII[found[label]["start"]:found[label]["end"]] == text
+    assert found["EMAIL"]["start"] == PII.index("john.smith") and found["EMAIL"]["score"] == pytest.approx(0.877, abs=2e-3)
+    assert found["PHONE"]["score"] == pytest.approx(0.995, abs=2e-3)
+    _, _, body = call(text_server, "/v1/extract/rampart-pii-ner", {"items": [{"text": PII}], "params": {"labels": ["email", "Phone"]}})
+    assert [e["label"] for e in body["items"][0]["entities"]] == ["EMAIL", "PHONE"]
+
+
+def test_cross_encoder_scores_pairs_and_ranks_them(text_server) -> None:
+    query, items = "which city is larger", ["Paris is big", "a small town", "the capital of France is Paris"]
+    _, _, body = call(text_server, "/v1/score/tiny-reranker", {"query": {"text": query}, "items": [{"id": str(i), "text": t} for i, t in enumerate(items)]})
+    tokenizer = Tokenizer.from_file(str(SHARED_MODELS / "all-MiniLM-L6-v2" / "1" / "tokenizer.json"))
+    weights = _reranker_weights()[:, 0]
+    pairs = [tokenizer.encode(query, text) for text in items]  # the file pads to 128: padding must not count
+    expected = [1 / (1 + np.exp(-(weights[e.ids] * e.attention_mask).sum())) for e in pairs]
+    scores = {int(s["item_id"]): s for s in body["scores"]}
+    np.testing.assert_allclose([scores[i]["score"] for i in range(3)], expected, rtol=1e-5)
+    assert [s["rank"] for s in body["scores"]] == [0, 1, 2]
+    assert [int(s["item_id"]) for s in body["scores"]] == sorted(range(3), key=lambda i: -expected[i])
+
+
+def test_msgpack_in_and_out_decodes_with_msgpack_numpy(text_server) -> None:
+    request = msgpack.packb({"items": [{"text": s} for s in SENTENCES], "params": {"output_types": ["dense", "multivector"]}})
+    status, headers, body = call(text_server, "/v1/encode/all-MiniLM-L6-v2", raw=request,
+                                 headers={"Content-Type": "application/msgpack"})
+    assert status == 200 and headers["content-type"] == "application/msgpack"
+    dense = [item["dense"]["values"] for item in body["items"]]
+    assert all(isinstance(v, np.ndarray) and v.dtype == np.float32 and v.shape == (384,) for v in dense)
+    np.testing.assert_allclose(cosines(dense), REFERENCE["all-MiniLM-L6-v2"], atol=1e-3)
+    multivector = body["items"][0]["multivector"]
+    assert multivector["values"].shape == (multivector["num_tokens"], 384) and multivector["num_tokens"] == 8
+    np.testing.assert_allclose(np.linalg.norm(multivector["values"], axis=1), 1, atol=1e-5)
+
+
+def test_output_dtypes_are_quantised_from_the_same_vector(text_server) -> None:
+    values = {}
+    for dtype in ("float32", "float16", "int8", "binary"):
+        status, _, body = call(text_server, "/v1/encode/all-MiniLM-L6-v2",
+                               {"items": [{"text": SENTENCES[0]}], "params": {"output_dtype": dtype}})
+        assert status == 200 and body["items"][0]["dense"]["dtype"] == dtype and body["items"][0]["dense"]["dims"] == 384
+        values[dtype] = np.array(body["items"][0]["dense"]["values"])
+    np.testing.assert_allclose(values["float16"], values["float32"], atol=1e-3)
+    np.testing.assert_array_equal(values["int8"], np.clip(np.rint(values["float32"] * 127), -128, 127))
+    np.testing.assert_array_equal(values["binary"], np.packbits(values["float32"] > 0))
+
+
+def test_tritonclient_bytes_request_gives_the_encode_vector(text_server) -> None:
+    _, _, body = call(text_server, "/v1/encode/all-MiniLM-L6-v2", {"items": [{"text": s} for s in SENTENCES]})
+    text = grpcclient.InferInput("text", [3], "BYTES")
+    text.set_data_from_numpy(np.array([s.encode() for s in SENTENCES], dtype=object))
+    with grpcclient.InferenceServerClient(text_server.url) as client:
+        metadata = client.get_model_metadata("all-MiniLM-L6-v2")
+        assert metadata.platform == "text_embedding" and [i.name for i in metadata.inputs] == ["text", "query"]
+        result = client.infer("all-MiniLM-L6-v2", [text], outputs=[grpcclient.InferRequestedOutput("dense")])
+        with pytest.raises(grpcclient.InferenceServerException, match="not valid UTF-8"):
+            bad = grpcclient.InferInput("text", [1], "BYTES")
+            bad.set_data_from_numpy(np.array([b"\xff\xfe"], dtype=object))
+            client.infer("all-MiniLM-L6-v2", [bad])
+        with pytest.raises(grpcclient.InferenceServerException, match="unknown overflow_policy"):
+            client.infer("all-MiniLM-L6-v2", [text], parameters={"overflow_policy": "drop"})
+    np.testing.assert_allclose(result.as_numpy("dense"), [item["dense"]["values"] for item in body["items"]], atol=1e-6)
+
+
+def test_similarity_example_program(text_server) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "grpc_minilm_similarity.py"), "-u", text_server.url],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [float(v.split("= ")[1]) for v in done.stdout.splitlines()] == pytest.approx(REFERENCE["all-MiniLM-L6-v2"], abs=1e-3)
+
+
+# ---- bad input: SIE's codes and statuses ---------------------------------------------------------
+
+@pytest.mark.parametrize(("path", "body", "status", "code", "text"), [
+    ("/v1/encode/all-MiniLM-L6-v2", {"items": []}, 400, "INVALID_INPUT", "should be non-empty"),
+    ("/v1/encode/all-MiniLM-L6-v2", {"items": [{"id": "x"}]}, 400, "INVALID_INPUT", "'text' is a required property"),
+    ("/v1/encode/no-such-model", {"items": [{"text": "x"}]}, 404, "MODEL_NOT_FOUND", "Model 'no-such-model' not found"),
+    ("/v1/encode/all-MiniLM-L6-v2", {"items": [{"text": "x"}], "params": {"output_types": ["sparse"]}}, 400,
+     "INVALID_INPUT", "does not produce 'sparse'"),
+    ("/v1/encode/all-MiniLM-L6-v2", {"items": [{"text": "x"}], "params": {"output_dtype": "float64"}}, 400,
+     "INVALID_INPUT", "'float64' is not one of"),
+    ("/v1/encode/all-MiniLM-L6-v2", {"items": [{"text": LONG_TEXT}], "params": {"options": {"overflow_policy": "error"}}},
+     400, "INPUT_TOO_LONG", "Item 0: observed 602 tokens exceeds context cap 256 for all-MiniLM-L6-v2"),
+    ("/v1/extract/rampart-pii-ner", {"items": [{"text": "a"}, {"text": LONG_TEXT}], "params": {"options": {"overflow_policy": "error"}}},
+     400, "INPUT_TOO_LONG", "Item 1: observed 602 tokens exceeds context cap 512"),
+    ("/v1/score/rampart-pii-ner", {"query": {"text": "q"}, "items": [{"text": "x"}]}, 400, "INVALID_INPUT", "does not support 'score'"),
+    ("/v1/extract/all-MiniLM-L6-v2", {"items": [{"text": "x"}]}, 400, "INVALID_INPUT", "does not support 'entities'"),
+    ("/v1/embeddings", {"model": "splade-tiny", "input": "x"}, 400, "INVALID_INPUT", "does not support 'dense'"),
+    ("/v1/embeddings", {"model": "all-MiniLM-L6-v2", "input": [[1, 2]]}, 400, "INVALID_INPUT", "is not of type 'string'"),
+])
+def test_bad_input_gets_the_documented_code(text_server, path, body, status, code, text) -> None:
+    got_status, _, got = call(text_server, path, body)
+    assert (got_status, got["detail"]["code"]) == (status, code)
+    assert text in got["detail"]["message"]
+
+
+@pytest.mark.parametrize("policy", ["default", "truncate_text"])
+def test_over_long_input_is_truncated_under_the_other_policies(text_server, policy: str) -> None:
+    status, headers, body = call(text_server, "/v1/encode/all-MiniLM-L6-v2",
+                                 {"items": [{"text": LONG_TEXT}], "params": {"options": {"overflow_policy": policy}}})
+    assert status == 200 and body["items"][0]["dense"]["dims"] == 384
+
+
+def test_malformed_msgpack_and_metrics(text_server) -> None:
+    status, _, body = call(text_server, "/v1/encode/all-MiniLM-L6-v2", raw=b"\xc1\x92",
+                           headers={"Content-Type": "application/msgpack", "Accept": "application/json"})
+    assert status == 400 and body["detail"]["code"] == "INVALID_INPUT" and "malformed msgpack" in body["detail"]["message"]
+    status, _, body = call(text_server, "/v1/encode/all-MiniLM-L6-v2", raw=msgpack.packb([1, 2]),
+                           headers={"Content-Type": "application/msgpack"})
+    assert status == 400 and body["detail"]["code"] == "INVALID_INPUT"
+
+    def scrape() -> dict[tuple, float]:
+        with urllib.request.urlopen(f"http://{text_server.http_url}/metrics", timeout=10) as reply:
+            families = text_string_to_metric_families(reply.read().decode())
+            return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
+
+    before = scrape()
+    _, _, body = call(text_server, "/v1/embeddings", {"model": "all-MiniLM-L6-v2-int8", "input": SENTENCES})
+    after = scrape()
+    tokens = (("model", "all-MiniLM-L6-v2-int8"),)
+    assert after[("sie_tokens_processed_total", tokens)] - before.get(("sie_tokens_processed_total", tokens), 0) \
+        == body["usage"]["total_tokens"]
+    ok = ("sie_requests_total", (("endpoint", "embeddings"), ("model", "all-MiniLM-L6-v2-int8"), ("status", "ok")))
+    assert after[ok] - before.get(ok, 0) == 1

@@ -1,0 +1,95 @@
+"""Bodies and errors of the semantic endpoints (``sie-http-api.txt``).
+
+Requests are msgpack when ``Content-Type`` says so, JSON otherwise, and are checked against
+``sie_schema`` with ``jsonschema``. Responses are msgpack unless ``Accept`` asks for JSON; arrays
+in msgpack travel as msgpack-numpy encodes them (a map with nd/type/kind/shape/data), in JSON as
+lists. Errors are SIE's envelope ``{"detail": {"code", "message", "model"?}}``: the HTTP status
+comes from the one table in ``http_status``, the code from the error's class.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import msgpack
+import msgpack_numpy
+import numpy as np
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+from starlette.requests import Request
+from starlette.responses import Response
+
+from kserve_v2.errors import InputTooLong, InternalError, InvalidInput, NotFound, ServerError, Unavailable
+from transcoding.http_body import read_body
+from transcoding.http_status import TO_HTTP
+from transcoding.json_tensors import load_json
+
+log = logging.getLogger(__name__)
+
+MSGPACK = "application/msgpack"
+_MSGPACK_TYPES = (MSGPACK, "application/x-msgpack", "application/vnd.msgpack")
+# error class -> SIE code, most specific first; anything else is INTERNAL_ERROR
+_CODES: tuple[tuple[type[ServerError], str], ...] = (
+    (InputTooLong, "INPUT_TOO_LONG"), (NotFound, "MODEL_NOT_FOUND"), (Unavailable, "MODEL_NOT_LOADED"),
+    (InternalError, "INFERENCE_ERROR"), (ServerError, "INVALID_INPUT"))
+_MAX_MESSAGE = 300
+
+
+async def read_request(request: Request, schema: dict[str, Any], limit: int) -> dict[str, Any]:
+    """The body as a dict, checked against ``schema``.
+
+    Raises:
+        TooLarge: over ``limit`` bytes -> 413.
+        InvalidInput: malformed JSON or msgpack, or a body the schema rejects -> 400 INVALID_INPUT.
+    """
+    body = await read_body(request, limit)
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() in _MSGPACK_TYPES:
+        try:
+            value = msgpack.unpackb(body, raw=False, strict_map_key=True)
+        except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as err:
+            raise InvalidInput(f"malformed msgpack body ({type(err).__name__}: {err})"[:_MAX_MESSAGE]) from None
+    else:
+        value = load_json(body)
+    error = best_match(Draft202012Validator(schema).iter_errors(value))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "body"
+        raise InvalidInput(f"invalid request at '{where}': {error.message}"[:_MAX_MESSAGE])
+    return value
+
+
+def wants_json(request: Request) -> bool:
+    """Whether the client asked for JSON (``Accept: application/json``); msgpack is the default."""
+    accept = request.headers.get("accept", "")
+    return "application/json" in accept and MSGPACK not in accept
+
+
+def render(request: Request, content: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """``content`` (dicts, lists, numpy arrays) as msgpack or JSON, as negotiated."""
+    if wants_json(request):
+        return Response(json.dumps(content, default=_plain), status, headers, "application/json")
+    return Response(msgpack.packb(content, default=msgpack_numpy.encode), status, headers, MSGPACK)
+
+
+def error_response(request: Request, err: BaseException, model: str | None = None) -> Response:
+    """SIE's error envelope for any exception; unexpected ones are logged once and hidden as 500."""
+    if not isinstance(err, ServerError):
+        log.error("unexpected error while serving a request", exc_info=err)
+        detail: dict[str, Any] = {"code": "INTERNAL_ERROR", "message": "Internal server error"}
+        status = 500
+    else:
+        code = next(code for kind, code in _CODES if isinstance(err, kind))
+        detail, status = {"code": code, "message": str(err)}, TO_HTTP[err.code]
+        log.info("HTTP request failed: %d %s: %s", status, code, err)
+    if model is not None:
+        detail["model"] = model
+    return render(request, {"detail": detail}, status)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
