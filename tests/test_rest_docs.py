@@ -14,13 +14,15 @@ from hypothesis import HealthCheck, given, settings
 from helpers import ROOT
 
 LIST_ROUTES = """
+import re
 from prometheus_client import CollectorRegistry
 from starlette.routing import Route
 from transcoding.rest import build_app
 from kserve_v2.status import StatusReporter
 registry = CollectorRegistry()  # metrics and status on, as the example server runs; unwrap the metrics middleware
 app = build_app(None, 1, registry, StatusReporter(None, registry, 0)).app
-print(sorted((r.path, m) for r in app.routes if isinstance(r, Route) for m in r.methods if m != "HEAD"))
+# "{model:path}" is "{model}" in OpenAPI
+print(sorted((re.sub(r":\\w+}", "}", r.path), m) for r in app.routes if isinstance(r, Route) for m in r.methods if m != "HEAD"))
 """
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kserve_v2 import __version__, datatypes
+from transcoding import sie_schema
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _DIMS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
@@ -62,6 +63,44 @@ def _model_routes(prefix: str, names: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
+def _negotiated(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
+    """A semantic answer: msgpack by default, JSON with ``Accept: application/json``."""
+    return {"description": description, "content": {"application/msgpack": {"schema": schema},
+                                                    "application/json": {"schema": schema}}}
+
+
+def _sie_errors(*codes: int) -> dict[str, Any]:
+    text = {400: "INVALID_INPUT or INPUT_TOO_LONG", 404: "MODEL_NOT_FOUND", 413: "request over --http-max-input-size",
+            500: "INFERENCE_ERROR", 503: "MODEL_NOT_LOADED"}
+    return {str(code): _negotiated({"$ref": "#/components/schemas/SieError"}, text[code]) for code in codes}
+
+
+def _semantic_routes() -> dict[str, Any]:
+    model = [{"name": "model", "in": "path", "required": True, "description": "repository name or alias (may hold a slash)",
+              "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-][A-Za-z0-9_.-]*(/[A-Za-z0-9_-][A-Za-z0-9_.-]*)?$"}}]
+    errors = _sie_errors(400, 404, 413, 500, 503)
+    obj = {"type": "object"}
+
+    def post(summary: str, schema: dict[str, Any], parameters: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"post": {"summary": summary, "parameters": parameters, "requestBody": {
+            "required": True, "description": "JSON, or msgpack with Content-Type: application/msgpack",
+            "content": {"application/json": {"schema": schema}}}, "responses": {"200": _negotiated(obj), **errors}}}
+
+    text = {"200": {"description": "ok", "content": {"application/json": {"schema": {"type": "string"}}}}}
+    return {
+        "/v1/encode/{model}": post("Dense, sparse or multivector embeddings of text items", sie_schema.ENCODE, model),
+        "/v1/score/{model}": post("Score items against a query, sorted, with rank", sie_schema.SCORE, model),
+        "/v1/extract/{model}": post("Entities (character spans) in text items", sie_schema.EXTRACT, model),
+        "/v1/embeddings": post("OpenAI-compatible embeddings", sie_schema.EMBEDDINGS, []),
+        "/v1/models": {"get": {"summary": "Text models and what they produce", "responses": {"200": _negotiated(obj)}}},
+        "/v1/models/{model}": {"get": {"summary": "One text model", "parameters": model, "responses": {
+            "200": _negotiated(obj), **_sie_errors(400, 404, 503)}}},
+        "/healthz": {"get": {"summary": "Liveness (SIE)", "responses": text}},
+        "/readyz": {"get": {"summary": "Readiness (SIE)", "responses": {
+            **text, "503": {"description": "not ready", "content": {"application/json": {"schema": {"type": "string"}}}}}}},
+    }
+
+
 def _schemas() -> dict[str, Any]:
     tensor_meta = {"type": "object", "properties": {"name": {"type": "string"}, "datatype": {"type": "string"},
                                                     "shape": {"type": "array", "items": {"type": "integer"}}}}
@@ -73,6 +112,9 @@ def _schemas() -> dict[str, Any]:
     duration = {"type": "object", "properties": {"count": {"type": "integer"}, "ns": {"type": "integer"}}}
     return {
         "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+        "SieError": {"type": "object", "required": ["detail"], "properties": {"detail": {
+            "type": "object", "required": ["code", "message"], "properties": {
+                "code": {"type": "string"}, "message": {"type": "string"}, "model": {"type": "string"}}}}},
         "ServerMetadata": {"type": "object", "properties": {"name": {"type": "string"}, "version": {"type": "string"},
                                                             "extensions": {"type": "array", "items": {"type": "string"}}}},
         "ModelMetadata": {"type": "object", "properties": {
@@ -137,7 +179,9 @@ def openapi_document(metrics: bool, status: bool) -> dict[str, Any]:
             "200": {"description": "HTML page", "content": {"text/html": {"schema": {"type": "string"}}}}}}}
     paths.update(_model_routes("/v2/models/{model}", ("model",)))
     paths.update(_model_routes("/v2/models/{model}/versions/{version}", ("model", "version")))
+    paths.update(_semantic_routes())
     return {"openapi": "3.0.3",
             "info": {"title": "kserve_v2", "version": __version__,
-                     "description": "KServe V2 / Open Inference Protocol REST API with Triton's extensions."},
+                     "description": "KServe V2 / Open Inference Protocol REST API with Triton's extensions, "
+                                    "and the semantic endpoints (SIE's HTTP API, OpenAI embeddings)."},
             "paths": paths, "components": {"schemas": _schemas()}}
