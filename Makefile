@@ -45,6 +45,7 @@ test: venv browser
 
 bench: venv
 	$(BIN)/python benchmarks/perf.py
+	$(BIN)/python benchmarks/encode.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
