@@ -60,7 +60,8 @@ def text_server(tmp_path_factory):
     model.ir_version = 10
     folder = add_model(repository, "tiny-reranker", model, 'backend: "text_rerank"\nparameters { key: "max_sequence_length" value { string_value: "64" } }')
     (folder / "1" / "tokenizer.json").symlink_to(SHARED_MODELS / "all-MiniLM-L6-v2" / "1" / "tokenizer.json")
-    server = start_server(repository, tmp_path_factory.mktemp("logs"))
+    server = start_server(repository, tmp_path_factory.mktemp("logs"), "--model-control-mode", "explicit",
+                          "--load-model", "*")
     yield server
     assert server.stop() == 0
 
@@ -308,3 +309,17 @@ def test_malformed_msgpack_and_metrics(text_server) -> None:
         == body["usage"]["total_tokens"]
     ok = ("sie_requests_total", (("endpoint", "embeddings"), ("model", "all-MiniLM-L6-v2-int8"), ("status", "ok")))
     assert after[ok] - before.get(ok, 0) == 1
+
+
+def test_text_models_unload_and_load_through_the_repository_api(text_server) -> None:
+    """Adapters are repository models: RepositoryIndex lists them, unload and load work at run time."""
+    with grpcclient.InferenceServerClient(text_server.url) as client:
+        index = {m.name: m.state for m in client.get_model_repository_index().models}
+        assert index["tiny-reranker"] == "READY" and index["rampart-pii-ner"] == "READY"
+        client.unload_model("tiny-reranker")
+        request = {"query": {"text": "q"}, "items": [{"text": "x"}]}
+        status, _, body = call(text_server, "/v1/score/tiny-reranker", request)
+        assert (status, body["detail"]["code"]) == (503, "MODEL_NOT_LOADED")
+        assert "tiny-reranker" not in {m["name"] for m in call(text_server, "/v1/models")[2]["models"]}
+        client.load_model("tiny-reranker")
+        assert call(text_server, "/v1/score/tiny-reranker", request)[0] == 200

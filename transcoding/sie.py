@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.datatypes import BY_V2, BYTES
-from kserve_v2.errors import InvalidInput, NotFound, ServerError
+from kserve_v2.errors import InvalidInput, NotFound, ServerError, Unavailable
 from kserve_v2.service import InferenceService, RequestReport
 from kserve_v2.tensors import from_raw, pack_bytes
 from transcoding import sie_schema
@@ -58,8 +58,19 @@ class TextModels:
         raise NotFound(f"Model '{name}' not found")
 
     def interface(self, name: str) -> pb.ModelMetadataResponse:
-        """The model's V2 interface (raises NotFound / Unavailable as ModelMetadata)."""
-        return self.service.model_metadata(pb.ModelMetadataRequest(name=name))
+        """The model's V2 interface.
+
+        Raises:
+            Unavailable: a repository model with no READY version (unloaded, loading, failed) ->
+                503 MODEL_NOT_LOADED, SIE's answer (V2 says NOT_FOUND, as Triton does).
+            NotFound: no such model -> 404 MODEL_NOT_FOUND.
+        """
+        try:
+            return self.service.model_metadata(pb.ModelMetadataRequest(name=name))
+        except NotFound as err:
+            if self.service.has_model(name):
+                raise Unavailable(f"Model '{name}' is not loaded: {err}") from None
+            raise
 
     def require(self, name: str, capability: str) -> pb.ModelMetadataResponse:
         """The interface, checked to offer ``capability`` (a key of ``CAPABILITIES``).
