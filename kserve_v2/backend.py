@@ -34,12 +34,15 @@ class Execution:
         pre_ns, post_ns: time spent before and after the model itself (tokenization and
             post-processing, ns); reported as compute input and compute output.
         tokens: tokens the model processed (0 for tensor models).
+        executions: model executions this result accounts for (a batch's members share one,
+            counted on its first member).
     """
 
     outputs: list[np.ndarray]
     pre_ns: int = 0
     post_ns: int = 0
     tokens: int = 0
+    executions: int = 1
 
 
 class Executable(Protocol):

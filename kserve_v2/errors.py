@@ -55,6 +55,10 @@ class Unavailable(ServerError):
     code = ErrorCode.UNAVAILABLE
 
 
+class Overloaded(Unavailable):
+    """A full request queue (UNAVAILABLE / 503 with Retry-After; SIE's QUEUE_FULL)."""
+
+
 class Unsupported(ServerError):
     """A feature this server does not provide (UNIMPLEMENTED / 501)."""
 

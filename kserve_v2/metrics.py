@@ -77,15 +77,15 @@ class InferenceMetrics(Collector):
         """A request for this version is pending."""
         self._pending[(model, version)] += 1
 
-    def succeeded(self, model: str, version: str, endpoint: str, batch_size: int, tokens: int, total_ns: int,
-                  queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+    def succeeded(self, model: str, version: str, endpoint: str, batch_size: int, executions: int, tokens: int,
+                  total_ns: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """Account a successful request (durations in ns; exported in us, latency in s)."""
         key = (model, version)
         self._pending[key] -= 1
         v = self._values[key]
         v[0] += 1
         v[1] += batch_size
-        v[2] += 1
+        v[2] += executions
         v[3] += total_ns / 1000
         v[4] += queue_ns / 1000
         v[5] += input_ns / 1000

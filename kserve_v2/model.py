@@ -1,7 +1,8 @@
 """A loaded, servable model version: its configuration, backend executable, executor and statistics.
 
 Executions run on a thread pool sized by the instance group count, so ORT never blocks the
-event loop and at most ``count`` executions of a version run at once.
+event loop and at most ``count`` executions of a version run at once. With ``dynamic_batching``
+(and ``max_batch_size > 0``) requests go through the version's ``DynamicBatcher`` first.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Executable, Execution, Parameter
+from kserve_v2.batching import DynamicBatcher
 from kserve_v2.spec import ModelSpec
 from kserve_v2.statistics import ModelStats
 
@@ -43,21 +45,38 @@ class ModelVersion:
         self.on_gpu = executable.on_cuda
         instances = sum(g.count for g in config.instance_group) or 1
         self._executor = ThreadPoolExecutor(max_workers=instances, thread_name_prefix=f"ort-{name}-{version}")
+        self._batcher = None
+        if config.HasField("dynamic_batching") and config.max_batch_size > 0:
+            self._batcher = DynamicBatcher(config.dynamic_batching, config.max_batch_size, instances, self._execute)
 
     async def run(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                  parameters: Mapping[str, Parameter]) -> tuple[Execution, int, int]:
-        """Execute off the event loop.
+                  parameters: Mapping[str, Parameter], batch_size: int) -> tuple[Execution, int, int]:
+        """Execute off the event loop, through the dynamic batcher when the version has one.
 
         Args:
             feeds: input name -> array in the model's shape.
             output_names: outputs to return, in order.
             parameters: the request's parameters, for backends that take options.
+            batch_size: the request's batch size (its share of a merged batch).
 
         Returns:
-            (execution, queue_ns, infer_ns): queue_ns is the wait for a free instance; infer_ns
-            is the model's own time (the execution's pre and post time taken out).
+            (execution, queue_ns, infer_ns): queue_ns is the wait for a batch and a free
+            instance; infer_ns is the model's own time (the execution's pre and post time taken out).
+
+        Raises:
+            Overloaded / Unavailable: the batcher's queue is full, or its timeout expired.
         """
-        submitted = time.perf_counter_ns()
+        if self._batcher is not None:
+            execution, queue_ns, run_ns = await self._batcher.submit(feeds, output_names, parameters, batch_size)
+        else:
+            submitted = time.perf_counter_ns()
+            execution, started, finished = await self._execute(feeds, output_names, parameters)
+            queue_ns, run_ns = started - submitted, finished - started
+        return execution, queue_ns, run_ns - execution.pre_ns - execution.post_ns
+
+    async def _execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+                       parameters: Mapping[str, Parameter]) -> tuple[Execution, int, int]:
+        """One execution on an instance thread: (execution, started_ns, finished_ns)."""
         started = 0
 
         def execute() -> Execution:
@@ -66,8 +85,7 @@ class ModelVersion:
             return self._executable.execute(feeds, output_names, parameters)
 
         execution = await asyncio.get_running_loop().run_in_executor(self._executor, execute)
-        finished = time.perf_counter_ns()
-        return execution, started - submitted, finished - started - execution.pre_ns - execution.post_ns
+        return execution, started, time.perf_counter_ns()
 
     def hold(self) -> None:
         """A request starts using this version (event loop only)."""
@@ -81,8 +99,10 @@ class ModelVersion:
             self._idle.set()
 
     async def drained(self) -> None:
-        """Wait until no request uses this version."""
+        """Wait until no request uses this version, then stop its batcher (event loop only)."""
         await self._idle.wait()
+        if self._batcher is not None:
+            self._batcher.stop()
 
     def close(self) -> None:
         """Wait for running executions and release the backend (blocking)."""

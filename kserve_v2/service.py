@@ -185,7 +185,7 @@ class InferenceService:
             decoded_at = time.perf_counter_ns()
             try:
                 execution, queue_ns, infer_ns = await model.run(
-                    decoded.feeds, [t.name for t in decoded.outputs], decoded.parameters)
+                    decoded.feeds, [t.name for t in decoded.outputs], decoded.parameters, decoded.batch_size)
             except ServerError:
                 raise
             except Exception as err:
@@ -204,9 +204,10 @@ class InferenceService:
                                finished - ran_at + execution.post_ns, tokens=execution.tokens)
         phases = (timing.total_ns, timing.queue_ns, timing.compute_input_ns, timing.compute_infer_ns,
                   timing.compute_output_ns)
-        model.stats.record_success(decoded.batch_size, *phases)
+        model.stats.record_success(decoded.batch_size, execution.executions, *phases)
         if self._metrics is not None:
-            self._metrics.succeeded(model.name, version, endpoint, decoded.batch_size, execution.tokens, *phases)
+            self._metrics.succeeded(model.name, version, endpoint, decoded.batch_size, execution.executions,
+                                    execution.tokens, *phases)
         return response, timing
 
     # ---- model repository ----------------------------------------------------------------

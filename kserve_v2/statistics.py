@@ -50,8 +50,10 @@ class ModelStats:
     execution_count: int = 0
     last_inference_ms: int = 0
 
-    def record_success(self, batch_size: int, total_ns: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """Account one successful request of ``batch_size`` elements (one execution)."""
+    def record_success(self, batch_size: int, executions: int, total_ns: int, queue_ns: int, input_ns: int,
+                       infer_ns: int, output_ns: int) -> None:
+        """Account one successful request of ``batch_size`` elements and the model executions it
+        accounts for (1, or 0 for the second and later members of a dynamic batch)."""
         self.success.add(total_ns)
         self.queue.add(queue_ns)
         batch = self.by_batch.setdefault(batch_size, Phases())
@@ -60,7 +62,7 @@ class ModelStats:
             phases.compute_infer.add(infer_ns)
             phases.compute_output.add(output_ns)
         self.inference_count += batch_size
-        self.execution_count += 1
+        self.execution_count += executions
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def record_failure(self, total_ns: int) -> None:

@@ -12,7 +12,7 @@ from typing import Final
 
 from starlette.responses import JSONResponse
 
-from kserve_v2.errors import ErrorCode, ServerError
+from kserve_v2.errors import ErrorCode, Overloaded, ServerError
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +29,19 @@ TO_HTTP: Final[dict[ErrorCode, int]] = {
 }
 
 
+# seconds a client should wait after a full queue (the queue drains within a few batches)
+RETRY_AFTER_S = 1
+
+
+def error_headers(err: BaseException) -> dict[str, str]:
+    """Headers that go with an error: ``Retry-After`` for a full queue (hardening-notes.md #9)."""
+    return {"Retry-After": str(RETRY_AFTER_S)} if isinstance(err, Overloaded) else {}
+
+
 def error_response(err: BaseException) -> JSONResponse:
     """The HTTP answer for any exception; unexpected ones are logged once and hidden as 500."""
     if isinstance(err, ServerError):
         log.info("HTTP request failed: %d: %s", TO_HTTP[err.code], err)
-        return JSONResponse({"error": str(err)}, status_code=TO_HTTP[err.code])
+        return JSONResponse({"error": str(err)}, status_code=TO_HTTP[err.code], headers=error_headers(err))
     log.error("unexpected error while serving a request", exc_info=err)
     return JSONResponse({"error": "Internal server error"}, status_code=500)

@@ -21,9 +21,9 @@ from jsonschema.exceptions import best_match
 from starlette.requests import Request
 from starlette.responses import Response
 
-from kserve_v2.errors import InputTooLong, InternalError, InvalidInput, NotFound, ServerError, Unavailable
+from kserve_v2.errors import InputTooLong, InternalError, InvalidInput, NotFound, Overloaded, ServerError, Unavailable
 from transcoding.http_body import read_body
-from transcoding.http_status import TO_HTTP
+from transcoding.http_status import TO_HTTP, error_headers
 from transcoding.json_tensors import load_json
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,8 @@ MSGPACK = "application/msgpack"
 _MSGPACK_TYPES = (MSGPACK, "application/x-msgpack", "application/vnd.msgpack")
 # error class -> SIE code, most specific first; anything else is INTERNAL_ERROR
 _CODES: tuple[tuple[type[ServerError], str], ...] = (
-    (InputTooLong, "INPUT_TOO_LONG"), (NotFound, "MODEL_NOT_FOUND"), (Unavailable, "MODEL_NOT_LOADED"),
+    (InputTooLong, "INPUT_TOO_LONG"), (NotFound, "MODEL_NOT_FOUND"), (Overloaded, "QUEUE_FULL"),
+    (Unavailable, "MODEL_NOT_LOADED"),
     (InternalError, "INFERENCE_ERROR"), (ServerError, "INVALID_INPUT"))
 _MAX_MESSAGE = 300
 
@@ -84,7 +85,7 @@ def error_response(request: Request, err: BaseException, model: str | None = Non
         log.info("HTTP request failed: %d %s: %s", status, code, err)
     if model is not None:
         detail["model"] = model
-    return render(request, {"detail": detail}, status)
+    return render(request, {"detail": detail}, status, error_headers(err))
 
 
 def _plain(value: Any) -> Any:

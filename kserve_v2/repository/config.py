@@ -87,11 +87,15 @@ def complete_tensors(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outpu
                      batchable: bool = True) -> None:
     """Fill max_batch_size, inputs and outputs the configuration leaves out, from the interface (in place).
 
-    ``batchable``: whether the backend lets auto-complete turn on batching (Triton's rule above).
+    ``batchable``: whether the backend lets auto-complete turn on batching (Triton's rule above),
+    and, as Triton's onnxruntime backend does, ``dynamic_batching {}`` when ``max_batch_size > 1``
+    and no scheduler is configured.
     """
     if (batchable and not config.input and not config.output and config.max_batch_size == 0
             and _batchable(inputs, outputs)):
         config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
+    if batchable and config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
+        config.dynamic_batching.SetInParent()  # Triton's onnxruntime auto-complete turns the batcher on
     skip = 1 if config.max_batch_size > 0 else 0
     _complete_tensors(config.input, inputs, skip, add_missing=True)
     _complete_tensors(config.output, outputs, skip, add_missing=not config.output)
@@ -113,6 +117,9 @@ def validate(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequ
         raise ConfigError(f"model inputs {missing} are not in the configuration")
     if config.HasField("sequence_batching") or config.HasField("ensemble_scheduling"):
         raise ConfigError("sequence batching and ensembles are not supported")
+    too_large = [s for s in config.dynamic_batching.preferred_batch_size if s < 1 or s > config.max_batch_size]
+    if config.HasField("dynamic_batching") and too_large:
+        raise ConfigError(f"dynamic batching preferred size must be <= max batch size for {config.name}: {too_large}")
 
 
 def _batchable(inputs: Sequence[OnnxTensor], outputs: Sequence[OnnxTensor]) -> bool:

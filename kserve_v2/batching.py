@@ -1,0 +1,190 @@
+"""Triton's dynamic batcher for one model version (``model_configuration.md``, dynamic batcher).
+
+Requests queue per version; a batch is formed when a model instance is free: the longest run of
+compatible requests at the head of the queue (same inputs' non-batch shapes, datatypes, outputs
+and parameters) whose batch sizes sum to at most ``max_batch_size``. It is dispatched at once
+when a prefix of it reaches a ``preferred_batch_size`` (the largest such prefix), when it is full
+or cannot grow, or when its oldest request has waited ``max_queue_delay_microseconds``.
+Inputs are concatenated along the batch dim and outputs split back per request. A failing
+batch fails each member with the error; the batcher keeps running. ``default_queue_policy``:
+``max_queue_size`` bounds the queue (more gets UNAVAILABLE "Exceeds maximum queue size"), and
+``default_timeout_microseconds`` with ``timeout_action: REJECT`` rejects requests that waited
+longer (UNAVAILABLE "Request timeout expired"). Cancelled requests never reach the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.backend import Execution, Parameter
+from kserve_v2.errors import InternalError, Overloaded, Unavailable
+
+# (feeds, output names, parameters) -> (execution, started_ns, finished_ns) on a model instance
+Execute = Callable[[dict[str, np.ndarray], Sequence[str], Mapping[str, Parameter]], Awaitable[tuple[Execution, int, int]]]
+
+
+@dataclass(slots=True, eq=False)
+class _Request:
+    feeds: dict[str, np.ndarray]
+    output_names: Sequence[str]
+    parameters: Mapping[str, Parameter]
+    batch_size: int
+    key: Hashable
+    enqueued_ns: int
+    future: asyncio.Future[tuple[Execution, int, int]] = field(repr=False)
+
+
+class DynamicBatcher:
+    """Merges the requests of one model version into batches (see the module docstring).
+
+    Args:
+        config: the version's ``dynamic_batching`` settings.
+        max_batch_size: the model's ``max_batch_size`` (> 0).
+        instances: batches that may run at once (the instance group count).
+        execute: runs one merged batch on a model instance.
+    """
+
+    def __init__(self, config: mc.ModelDynamicBatching, max_batch_size: int, instances: int, execute: Execute) -> None:
+        self._max_batch = max_batch_size
+        self._preferred = sorted({s for s in config.preferred_batch_size if 0 < s <= max_batch_size})
+        self._delay_ns = config.max_queue_delay_microseconds * 1000
+        policy = config.default_queue_policy
+        self._max_queue = policy.max_queue_size
+        reject = policy.timeout_action == mc.ModelQueuePolicy.REJECT
+        self._timeout_ns = policy.default_timeout_microseconds * 1000 if reject else 0
+        self._execute = execute
+        self._slots = asyncio.Semaphore(instances)
+        self._queue: deque[_Request] = deque()
+        self._arrived = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def submit(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+                     parameters: Mapping[str, Parameter], batch_size: int) -> tuple[Execution, int, int]:
+        """Queue one request and wait for its share of a batch: (execution, queue_ns, infer_ns).
+
+        Raises:
+            Overloaded: the queue holds ``max_queue_size`` requests -> UNAVAILABLE / 503.
+            Unavailable: it waited longer than the queue policy's timeout -> UNAVAILABLE / 503.
+            Whatever the batch's execution raised.
+        """
+        if self._max_queue and len(self._queue) >= self._max_queue:
+            raise Overloaded("Exceeds maximum queue size")
+        if self._loop_task is None:
+            self._loop_task = asyncio.get_running_loop().create_task(self._loop())
+        key = (tuple(output_names), tuple(sorted((k, str(v)) for k, v in parameters.items())),
+               tuple((name, a.dtype.str, a.shape[1:]) for name, a in sorted(feeds.items())))
+        request = _Request(feeds, output_names, parameters, batch_size, key, time.perf_counter_ns(),
+                           asyncio.get_running_loop().create_future())
+        self._queue.append(request)
+        self._arrived.set()
+        return await request.future  # a cancelled caller cancels the future: the batcher skips it
+
+    def pending(self) -> int:
+        """Requests waiting in the queue."""
+        return len(self._queue)
+
+    def stop(self) -> None:
+        """Stop forming batches (the version is retired; its queue is empty)."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+
+    async def _loop(self) -> None:
+        while True:
+            await self._slots.acquire()
+            try:
+                batch = await self._next_batch()
+            except BaseException:
+                self._slots.release()
+                raise
+            task = asyncio.get_running_loop().create_task(self._run(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _next_batch(self) -> list[_Request]:
+        while True:
+            self._drop_finished()
+            if not self._queue:
+                self._arrived.clear()
+                await self._arrived.wait()
+                continue
+            head = self._queue[0]
+            taken, total = 0, 0
+            for request in self._queue:
+                if request.key != head.key or total + request.batch_size > self._max_batch:
+                    break
+                taken, total = taken + 1, total + request.batch_size
+            taken = max(taken, 1)  # a request alone always runs (its size was checked against the model)
+            sizes = list(itertools.accumulate(r.batch_size for r in itertools.islice(self._queue, taken)))
+            preferred = [i + 1 for i, size in enumerate(sizes) if size in self._preferred]
+            can_grow = taken == len(self._queue) and total < self._max_batch
+            waited = time.perf_counter_ns() - head.enqueued_ns
+            if preferred or not can_grow or waited >= self._delay_ns:
+                count = preferred[-1] if preferred else taken
+                return [self._queue.popleft() for _ in range(count)]
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), (self._delay_ns - waited) / 1e9)
+            except TimeoutError:
+                pass
+
+    def _drop_finished(self) -> None:
+        """Forget cancelled requests and reject those past the queue policy's timeout."""
+        now = time.perf_counter_ns()
+        kept: deque[_Request] = deque()
+        for request in self._queue:
+            if request.future.done():
+                continue
+            if self._timeout_ns and now - request.enqueued_ns > self._timeout_ns:
+                request.future.set_exception(Unavailable("Request timeout expired"))
+                continue
+            kept.append(request)
+        self._queue = kept
+
+    async def _run(self, batch: list[_Request]) -> None:
+        try:
+            live = [r for r in batch if not r.future.done()]
+            if not live:
+                return
+            feeds = live[0].feeds if len(live) == 1 else {
+                name: np.concatenate([r.feeds[name] for r in live]) for name in live[0].feeds}
+            try:
+                execution, started, finished = await self._execute(feeds, live[0].output_names, live[0].parameters)
+                parts = _split(execution.outputs, [r.batch_size for r in live])
+            except BaseException as err:  # noqa: BLE001 - every member gets the batch's error
+                failure = err if isinstance(err, Exception) else Unavailable("the model version was retired")
+                for request in live:
+                    if not request.future.done():
+                        request.future.set_exception(failure)
+                if not isinstance(err, Exception):
+                    raise
+                return
+            for index, (request, outputs) in enumerate(zip(live, parts, strict=True)):
+                if not request.future.done():
+                    share = Execution(outputs, execution.pre_ns, execution.post_ns,
+                                      execution.tokens if index == 0 else 0, 1 if index == 0 else 0)
+                    request.future.set_result((share, started - request.enqueued_ns, finished - started))
+        finally:
+            self._slots.release()
+
+
+def _split(outputs: list[np.ndarray], sizes: list[int]) -> list[list[np.ndarray]]:
+    """Each output cut along its batch dim into the members' shares."""
+    if len(sizes) == 1:
+        return [outputs]
+    total, bounds = sum(sizes), list(itertools.accumulate(sizes))[:-1]
+    for array in outputs:
+        if array.ndim == 0 or array.shape[0] != total:
+            raise InternalError(f"the model returned an output of shape {list(array.shape)} for a batch of {total}")
+    per_output = [np.split(array, bounds) for array in outputs]
+    return [list(parts) for parts in zip(*per_output, strict=True)]
+
+
