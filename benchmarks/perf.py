@@ -1,7 +1,8 @@
 """Throughput and latency with Triton's perf_analyzer, against a server started here.
 
-gRPC: `simple` at concurrency 1, 4 and 16, and the FP32 identity model with 1 MiB and 16 MiB
-tensors at concurrency 4. REST: `simple` at concurrency 4 with JSON and with binary tensors.
+gRPC: `simple` at concurrency 1, 4 and 16 (dynamic batching on, as auto-complete sets it), the
+same graph without batching (`simple_unbatched`: max_batch_size 1) at concurrency 16, and the
+FP32 identity model with 1 MiB and 16 MiB tensors at concurrency 4. REST: `simple` at concurrency 4 with JSON and with binary tensors.
 Then `simple` over gRPC at concurrency 4 again on a second server started with metrics off, so
 the cost of metrics shows as a ratio. Prints infer/s, p50/p99 latency (ms) and payload MB/s
 (request bytes, one direction). perf_analyzer comes from PATH, else from ../shared/tools (a wrapper
@@ -56,6 +57,17 @@ def start_server(repository: Path, log: Path, *extra: str) -> tuple[subprocess.P
     sys.exit(f"server did not become ready:\n{log.read_text()}")
 
 
+def unbatched_repository(source: Path, target: Path) -> Path:
+    """A repository with `simple_unbatched`: `simple`'s graph and config with max_batch_size 1 (no batcher)."""
+    folder = target / "simple_unbatched"
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.onnx").write_bytes((source / "simple" / "1" / "model.onnx").read_bytes())
+    config = (source / "simple" / "config.pbtxt").read_text()
+    (folder / "config.pbtxt").write_text(config.replace('name: "simple"', 'name: "simple_unbatched"')
+                                         .replace("max_batch_size: 8", "max_batch_size: 1"))
+    return target
+
+
 def run(tool: str, ports: dict[str, int], model: str, concurrency: int, seconds: int, shape: str | None,
         workdir: Path, protocol: str = "grpc", tensor_format: str | None = None) -> dict[str, float]:
     report = workdir / f"{protocol}-{model}-{concurrency}-{shape or 'default'}-{tensor_format}.csv".replace(":", "_")
@@ -81,12 +93,15 @@ def main() -> None:
     tool = perf_analyzer()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        proc, ports = start_server(args.repository, workdir / "server.log")
+        extra = unbatched_repository(args.repository, workdir / "extra")
+        proc, ports = start_server(args.repository, workdir / "server.log", "--model-repository", str(extra))
         rows = []
         try:
             for concurrency in (1, 4, 16):
                 result = run(tool, ports, "simple", concurrency, args.seconds, None, workdir)
                 rows.append((f"grpc simple c={concurrency}", 64 * 2, result))
+            result = run(tool, ports, "simple_unbatched", 16, args.seconds, None, workdir)
+            rows.append(("grpc simple c=16 no batching", 64 * 2, result))
             for label, elements in FP32_ELEMENTS.items():
                 result = run(tool, ports, "identity_fp32", 4, args.seconds, f"INPUT0:{elements}", workdir)
                 rows.append((f"grpc identity_fp32 {label} c=4", elements * 4, result))
@@ -108,6 +123,9 @@ def main() -> None:
         print(f"{label:<33}{result['infer/s']:>10.0f}{result['p50 ms']:>9.2f}{result['p99 ms']:>9.2f}{mb_s:>9.1f}")
     on, off = (dict((label, r) for label, _, r in rows)[k]["infer/s"] for k in ("grpc simple c=4", "grpc simple c=4 metrics off"))
     print(f"metrics on / off at c=4: {on / off:.3f}")
+    batched, unbatched = (dict((label, r) for label, _, r in rows)[k]["infer/s"]
+                          for k in ("grpc simple c=16", "grpc simple c=16 no batching"))
+    print(f"dynamic batching on / off at c=16: {batched / unbatched:.3f}")
 
 
 if __name__ == "__main__":
