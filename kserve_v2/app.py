@@ -22,6 +22,7 @@ from kserve_v2.repository.manager import ModelManager
 from kserve_v2.runtime.device import cuda_device_count
 from kserve_v2.service import InferenceService, ServerState
 from kserve_v2.settings import Settings
+from kserve_v2.shared_memory import SharedMemoryRegistry
 from kserve_v2.status import StatusReporter
 from kserve_v2.tracing import Tracing
 from transcoding.rest import build_app, build_metrics_app
@@ -51,8 +52,9 @@ class App:
         if registry is not None:
             ModelStateCollector(self.manager, registry)
         self.tracing = Tracing(settings.trace_otlp_endpoint or None, settings.server_name)
+        memory = SharedMemoryRegistry() if settings.allow_client_shm else None
         self.service = InferenceService(self.manager, self.state, settings.server_name, settings.model_control_mode,
-                                        metrics, self.tracing)
+                                        metrics, self.tracing, memory)
         self.server, self.health, self.grpc_port = build_server(self.service, settings)
         self.http: HttpServer | None = None
         if settings.allow_http:

@@ -83,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
          "largest HTTP request body in bytes, after decompression (larger gets 413)", type=int)
     flag("allow-metrics", defaults.allow_metrics,
          "Prometheus metrics at /metrics on the metrics port and the HTTP port", type=_bool)
+    flag("allow-client-shm", defaults.allow_client_shm,
+         "Triton's system shared memory extension: clients register /dev/shm regions for inputs and outputs "
+         "(off by default, as in Triton)", type=_bool)
     flag("metrics-address", defaults.metrics_address, "address the metrics server binds")
     flag("metrics-port", defaults.metrics_port, "metrics port (0 picks a free one and logs it)", type=int)
     flag("trace-otlp-endpoint", os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", defaults.trace_otlp_endpoint),

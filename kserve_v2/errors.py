@@ -65,6 +65,12 @@ class Unsupported(ServerError):
     code = ErrorCode.UNIMPLEMENTED
 
 
+class AlreadyExists(ServerError):
+    """A name that is already taken, e.g. a shared memory region (ALREADY_EXISTS / 400, Triton)."""
+
+    code = ErrorCode.ALREADY_EXISTS
+
+
 class TooLarge(ServerError):
     """A request over a configured size limit (RESOURCE_EXHAUSTED / 413)."""
 

@@ -3,22 +3,28 @@
 Request checks follow Triton's semantics and texts (``shared/spec/triton-protocol-notes.md``
 2.1, ``hardening-notes.md`` section 3); every error is INVALID_ARGUMENT unless noted. Responses
 always carry data in ``raw_output_contents``, one entry per output, in output order (what
-tritonclient's ``as_numpy`` reads).
+tritonclient's ``as_numpy`` reads); an output written to system shared memory has an empty entry
+and its ``shared_memory_*`` parameters. Inputs read from shared memory have no raw entry: raw
+entries belong, in order, to the other inputs (Triton's ``infer_handler.cc``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.backend import Parameter
+from kserve_v2.datatypes import BYTES
 from kserve_v2.errors import InvalidInput, Unsupported
+from kserve_v2.shared_memory import SharedMemoryRegistry
 from kserve_v2.spec import ModelSpec, TensorSpec
-from kserve_v2.tensors import element_count, from_contents, from_raw, to_raw
+from kserve_v2.tensors import element_count, from_contents, from_raw, pack_bytes, to_raw
 
 _SHM_PARAMETERS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
+_INTEGER_PARAMS = ("int64_param", "uint64_param")
 # Triton reserves this prefix and rejects keys it does not know; other parameters are passed over.
 _RESERVED_PREFIX = "triton_"
 # Reserved keys Triton accepts; perf_analyzer sends this one (it only matters for decoupled models).
@@ -27,23 +33,28 @@ _KNOWN_RESERVED = frozenset({"triton_enable_empty_final_response"})
 
 @dataclass(slots=True)
 class DecodedRequest:
-    """A validated request: model-shaped feeds, outputs to return, the batch size and the
-    request's own (non-reserved) parameters."""
+    """A validated request: model-shaped feeds, outputs to return, the batch size, the
+    request's own (non-reserved) parameters, and the shared memory each output goes to (if any)."""
 
     feeds: dict[str, np.ndarray]
     outputs: list[TensorSpec]
     batch_size: int
     parameters: dict[str, Parameter]
+    output_memory: dict[str, tuple[memoryview, pb.ModelInferResponse.InferOutputTensor]]
 
 
-def decode_request(request: pb.ModelInferRequest, spec: ModelSpec) -> DecodedRequest:
+def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None = None
+                   ) -> DecodedRequest:
     """Validate a request against the model and decode its tensors.
+
+    ``memory``: the registered shared memory regions, or None when client shared memory is off.
 
     Raises:
         InvalidInput: unknown, duplicate or missing inputs; datatype or shape mismatch;
             contents and raw both used; raw count differing from the inputs; byte size or
             element count mismatch; unknown or duplicate outputs; reserved parameters.
         Unsupported: the classification extension -> UNIMPLEMENTED.
+        NotFound: an unregistered shared memory region -> NOT_FOUND.
     """
     parameters: dict[str, Parameter] = {}
     for key, value in request.parameters.items():
@@ -54,48 +65,68 @@ def decode_request(request: pb.ModelInferRequest, spec: ModelSpec) -> DecodedReq
         choice = value.WhichOneof("parameter_choice")
         if choice is not None:
             parameters[key] = getattr(value, choice)
-    feeds = _decode_inputs(request, spec)
+    feeds = _decode_inputs(request, spec, memory)
     batch_size = _batch_size(feeds, spec)
     for tensor in spec.inputs:
         if tensor.reshape is not None and tensor.name in feeds:
             feeds[tensor.name] = _reshape(feeds[tensor.name], tensor.reshape, spec, tensor.name)
-    return DecodedRequest(feeds, _requested_outputs(request, spec), batch_size, parameters)
+    outputs, output_memory = _requested_outputs(request, spec, memory)
+    return DecodedRequest(feeds, outputs, batch_size, parameters, output_memory)
 
 
-def encode_response(
-    request: pb.ModelInferRequest, spec: ModelSpec, version: int, outputs: list[TensorSpec], arrays: list[np.ndarray]
-) -> pb.ModelInferResponse:
-    """Build the response: ``outputs[i]`` described in ``outputs`` and carried in ``raw_output_contents[i]``."""
+def encode_response(request: pb.ModelInferRequest, spec: ModelSpec, version: int, decoded: DecodedRequest,
+                    arrays: list[np.ndarray]) -> pb.ModelInferResponse:
+    """Build the response: ``outputs[i]`` described in ``decoded.outputs`` and carried in
+    ``raw_output_contents[i]``, or written into its shared memory region.
+
+    Raises:
+        InvalidInput: an output larger than its shared memory range.
+    """
     response = pb.ModelInferResponse(model_name=spec.name, model_version=str(version), id=request.id)
-    for tensor, array in zip(outputs, arrays, strict=True):
+    for tensor, array in zip(decoded.outputs, arrays, strict=True):
         if tensor.reshape is not None and list(tensor.dims).count(-1) <= 1:
             batch = [array.shape[0]] if spec.max_batch_size > 0 and array.ndim else []
             array = array.reshape(batch + list(tensor.dims))
-        response.outputs.add(name=tensor.name, datatype=tensor.dtype.v2, shape=array.shape)
-        response.raw_output_contents.append(to_raw(array, tensor.dtype))
+        out = response.outputs.add(name=tensor.name, datatype=tensor.dtype.v2, shape=array.shape)
+        if tensor.name in decoded.output_memory:
+            view, described = decoded.output_memory[tensor.name]
+            _write(view, array, tensor)
+            for key, value in described.parameters.items():
+                out.parameters[key].CopyFrom(value)
+            response.raw_output_contents.append(b"")
+        else:
+            response.raw_output_contents.append(to_raw(array, tensor.dtype))
     return response
 
 
-def _decode_inputs(request: pb.ModelInferRequest, spec: ModelSpec) -> dict[str, np.ndarray]:
+def _write(view: memoryview, array: np.ndarray, tensor: TensorSpec) -> None:
+    """Copy an output into its shared memory range (one copy; BYTES with their length prefixes)."""
+    data = np.frombuffer(pack_bytes(array), np.uint8) if tensor.dtype is BYTES else np.ascontiguousarray(array)
+    if data.nbytes > len(view):
+        raise InvalidInput(f"shared memory size specified with the request for output '{tensor.name}' "
+                           f"({len(view)} bytes) should be at least {data.nbytes} bytes to hold the results")
+    np.frombuffer(view, np.uint8, data.nbytes)[:] = data.reshape(-1).view(np.uint8)
+
+
+def _decode_inputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None
+                   ) -> dict[str, np.ndarray]:
     by_name = {t.name: t for t in spec.inputs}
     raw = request.raw_input_contents
-    if raw and len(raw) != len(request.inputs):
+    in_memory = [_memory_reference(sent.parameters, f"input '{sent.name}'", memory) for sent in request.inputs]
+    expected = sum(reference is None for reference in in_memory)
+    if raw and len(raw) != expected:
         raise InvalidInput(
-            f"expected {len(request.inputs)} entries in raw_input_contents (one per input) "
+            f"expected {expected} entries in raw_input_contents (one per input not in shared memory) "
             f"for model '{spec.name}', got {len(raw)}"
         )
+    raw_index = 0
     feeds: dict[str, np.ndarray] = {}
-    for index, sent in enumerate(request.inputs):
+    for sent, reference in zip(request.inputs, in_memory, strict=True):
         tensor = by_name.get(sent.name)
         if tensor is None:
             raise InvalidInput(f"unexpected inference input '{sent.name}' for model '{spec.name}'")
         if sent.name in feeds:
             raise InvalidInput(f"input '{sent.name}' appears more than once in the request for model '{spec.name}'")
-        for key in _SHM_PARAMETERS:
-            if key in sent.parameters:
-                raise InvalidInput(
-                    f"input '{sent.name}' names a shared memory region, but client shared memory is disabled"
-                )
         if sent.datatype != tensor.dtype.v2:
             raise InvalidInput(
                 f"inference input '{sent.name}' data-type is '{sent.datatype}', "
@@ -104,13 +135,17 @@ def _decode_inputs(request: pb.ModelInferRequest, spec: ModelSpec) -> dict[str, 
         shape = list(sent.shape)
         spec.check_shape(tensor, shape)
         what = f"input '{sent.name}' for model '{spec.name}'"
-        if raw:
-            if sent.HasField("contents"):
-                raise InvalidInput(
-                    f"contents field must not be specified when using raw_input_contents for "
-                    f"'{sent.name}' for model '{spec.name}'"
-                )
-            feeds[sent.name] = from_raw(raw[index], tensor.dtype, shape, what)
+        if (raw or reference is not None) and sent.HasField("contents"):
+            raise InvalidInput(
+                f"contents field must not be specified when using "
+                f"{'shared memory' if reference is not None else 'raw_input_contents'} for "
+                f"'{sent.name}' for model '{spec.name}'"
+            )
+        if reference is not None and memory is not None:
+            feeds[sent.name] = from_raw(memory.slice(*reference), tensor.dtype, shape, what)
+        elif raw:
+            feeds[sent.name] = from_raw(raw[raw_index], tensor.dtype, shape, what)
+            raw_index += 1
         else:
             feeds[sent.name] = _from_typed_contents(sent, tensor, shape, what)
     missing = [t.name for t in spec.inputs if t.name not in feeds and not t.optional]
@@ -152,9 +187,33 @@ def _reshape(array: np.ndarray, reshape: tuple[int, ...], spec: ModelSpec, name:
         raise InvalidInput(f"input '{name}' of shape {list(array.shape)} cannot take the model's reshape {list(reshape)}") from None
 
 
-def _requested_outputs(request: pb.ModelInferRequest, spec: ModelSpec) -> list[TensorSpec]:
+def _memory_reference(parameters: Mapping[str, pb.InferParameter], what: str, memory: SharedMemoryRegistry | None
+                      ) -> tuple[str, int, int] | None:
+    """(region, offset, byte_size) named by a tensor's ``shared_memory_*`` parameters, or None.
+
+    Raises:
+        InvalidInput: shared memory named while it is off, or parameters of the wrong type or missing.
+    """
+    if not any(key in parameters for key in _SHM_PARAMETERS):
+        return None
+    if memory is None:
+        raise InvalidInput(f"{what} names a shared memory region, but client shared memory is disabled")
+    values = {}
+    for key, kinds in zip(_SHM_PARAMETERS, (("string_param",), _INTEGER_PARAMS, _INTEGER_PARAMS), strict=True):
+        if key in parameters:
+            if parameters[key].WhichOneof("parameter_choice") not in kinds:
+                raise InvalidInput(f"parameter '{key}' of {what} has the wrong type")
+            values[key] = getattr(parameters[key], parameters[key].WhichOneof("parameter_choice"))
+    if "shared_memory_region" not in values or "shared_memory_byte_size" not in values:
+        raise InvalidInput(f"{what} needs both 'shared_memory_region' and 'shared_memory_byte_size'")
+    return values["shared_memory_region"], values.get("shared_memory_offset", 0), values["shared_memory_byte_size"]
+
+
+def _requested_outputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None
+                       ) -> tuple[list[TensorSpec], dict[str, tuple[memoryview, pb.ModelInferResponse.InferOutputTensor]]]:
+    placed: dict[str, tuple[memoryview, pb.ModelInferResponse.InferOutputTensor]] = {}
     if not request.outputs:
-        return list(spec.outputs)
+        return list(spec.outputs), placed
     by_name = {t.name: t for t in spec.outputs}
     chosen: list[TensorSpec] = []
     for wanted in request.outputs:
@@ -165,9 +224,12 @@ def _requested_outputs(request: pb.ModelInferRequest, spec: ModelSpec) -> list[T
             raise InvalidInput(f"output '{wanted.name}' is requested more than once for model '{spec.name}'")
         if "classification" in wanted.parameters:
             raise Unsupported("the classification extension is not supported")
-        if any(key in wanted.parameters for key in _SHM_PARAMETERS):
-            raise InvalidInput(
-                f"output '{wanted.name}' names a shared memory region, but client shared memory is disabled"
-            )
+        reference = _memory_reference(wanted.parameters, f"output '{wanted.name}'", memory)
+        if reference is not None and memory is not None:
+            described = pb.ModelInferResponse.InferOutputTensor()
+            for key in _SHM_PARAMETERS:
+                if key in wanted.parameters:
+                    described.parameters[key].CopyFrom(wanted.parameters[key])
+            placed[wanted.name] = (memory.slice(*reference), described)
         chosen.append(tensor)
-    return chosen
+    return chosen, placed

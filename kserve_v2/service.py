@@ -12,16 +12,18 @@ from dataclasses import dataclass, replace
 
 from kserve_v2 import __version__
 from kserve_v2._proto import grpc_service_pb2 as pb
-from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, ServerError, Unavailable, Unsupported
+from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, NotFound, ServerError, Unavailable, Unsupported
 from kserve_v2.inference import decode_request, encode_response
 from kserve_v2.metrics import ENDPOINT, InferenceMetrics
 from kserve_v2.model import ModelVersion
 from kserve_v2.repository.manager import ModelManager
 from kserve_v2.repository.overrides import parse_load_parameters
+from kserve_v2.shared_memory import SharedMemoryRegistry
 from kserve_v2.tracing import Tracing
 
 # Extensions this server implements (Triton's names, ServerMetadata.extensions).
 EXTENSIONS = ("model_repository", "model_configuration", "statistics")
+SHM_EXTENSION = "system_shared_memory"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +63,14 @@ class InferenceService:
         control_mode: model control mode; only ``explicit`` allows load and unload RPCs.
         metrics: Triton's Prometheus families, or None when metrics are off.
         tracing: OpenTelemetry request spans (off when None).
+        shared_memory: registered system shared memory regions, or None when client shared
+            memory is off (``--allow-client-shm``).
     """
 
     def __init__(self, manager: ModelManager, state: ServerState, server_name: str, control_mode: str,
-                 metrics: InferenceMetrics | None = None, tracing: Tracing | None = None) -> None:
+                 metrics: InferenceMetrics | None = None, tracing: Tracing | None = None,
+                 shared_memory: SharedMemoryRegistry | None = None) -> None:
+        self._memory = shared_memory
         self._manager = manager
         self._tracing = tracing or Tracing(None, server_name)
         self._state = state
@@ -95,7 +101,8 @@ class InferenceService:
         return pb.ModelReadyResponse(ready=self._manager.is_ready(request.name, request.version))
 
     def server_metadata(self, _: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
-        return pb.ServerMetadataResponse(name=self._server_name, version=__version__, extensions=EXTENSIONS)
+        extensions = EXTENSIONS + ((SHM_EXTENSION,) if self._memory is not None else ())
+        return pb.ServerMetadataResponse(name=self._server_name, version=__version__, extensions=extensions)
 
     def model_metadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
         """Name, versions (the requested one, or every READY one), platform and tensors.
@@ -181,7 +188,7 @@ class InferenceService:
         if self._metrics is not None:
             self._metrics.started(model.name, version)
         try:
-            decoded = decode_request(request, model.spec)
+            decoded = decode_request(request, model.spec, self._memory)
             decoded_at = time.perf_counter_ns()
             try:
                 execution, queue_ns, infer_ns = await model.run(
@@ -191,7 +198,7 @@ class InferenceService:
             except Exception as err:
                 raise InternalError(f"{model.config.backend} execution failed for model '{model.name}': {err}") from err
             ran_at = time.perf_counter_ns()
-            response = encode_response(request, model.spec, model.version, decoded.outputs, execution.outputs)
+            response = encode_response(request, model.spec, model.version, decoded, execution.outputs)
         except BaseException as err:
             elapsed = time.perf_counter_ns() - started
             model.stats.record_failure(elapsed)
@@ -252,16 +259,55 @@ class InferenceService:
                 f"explicit model load / unload is not allowed if model control mode is '{self._control_mode}'"
             )
 
-    # ---- extensions not provided yet -------------------------------------------------------
+    # ---- system shared memory (Triton's extension) -------------------------------------------
 
-    def shared_memory_unregister(self, name: str) -> None:
+    def system_shared_memory_register(self, request: pb.SystemSharedMemoryRegisterRequest
+                                      ) -> pb.SystemSharedMemoryRegisterResponse:
+        """Register a region (see ``SharedMemoryRegistry.register``).
+
+        Raises:
+            InvalidInput: client shared memory is off, or a bad key or range -> INVALID_ARGUMENT.
+            AlreadyExists: the name is taken -> ALREADY_EXISTS.
+        """
+        if self._memory is None:
+            raise InvalidInput("Client shared memory is disabled: start the server with --allow-client-shm true")
+        self._memory.register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    def system_shared_memory_status(self, request: pb.SystemSharedMemoryStatusRequest
+                                    ) -> pb.SystemSharedMemoryStatusResponse:
+        """Every registered region, or one (none while client shared memory is off).
+
+        Raises:
+            NotFound: an unknown region name -> NOT_FOUND.
+        """
+        response = pb.SystemSharedMemoryStatusResponse()
+        if self._memory is None:
+            if request.name:
+                raise NotFound(f"Unable to find system shared memory region: '{request.name}'")
+            return response
+        for region in self._memory.status(request.name):
+            response.regions[region.name].CopyFrom(pb.SystemSharedMemoryStatusResponse.RegionStatus(
+                name=region.name, key=region.key, offset=region.offset, byte_size=region.byte_size))
+        return response
+
+    def system_shared_memory_unregister(self, request: pb.SystemSharedMemoryUnregisterRequest
+                                        ) -> pb.SystemSharedMemoryUnregisterResponse:
+        """Forget a region, or all of them (empty name); inputs in flight keep their mapping alive."""
+        if self._memory is not None:
+            self._memory.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    # ---- extensions not provided -----------------------------------------------------------
+
+    def cuda_shared_memory_unregister(self, name: str) -> None:
         """Unregister-all (empty name) succeeds, as clients call it on start; anything else is unsupported.
 
         Raises:
             Unsupported: a named region (none can be registered) -> UNIMPLEMENTED.
         """
         if name:
-            raise Unsupported("shared memory is not supported by this server")
+            raise Unsupported("CUDA shared memory is not supported by this server")
 
     def unsupported(self, feature: str) -> None:
         """Raise UNIMPLEMENTED for an extension this server does not provide."""

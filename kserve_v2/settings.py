@@ -21,6 +21,7 @@ class Settings:
     http_port: int = 8000
     http_max_input_size: int = 64 * 2**20
     allow_metrics: bool = True
+    allow_client_shm: bool = False
     metrics_address: str = "0.0.0.0"
     metrics_port: int = 8002
     server_name: str = "kserve_v2"

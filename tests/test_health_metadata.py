@@ -98,9 +98,11 @@ def test_statistics_count_successes_and_failures(client: grpcclient.InferenceSer
 def test_shared_memory_trace_and_log_rpcs(client: grpcclient.InferenceServerClient) -> None:
     client.unregister_system_shared_memory()  # unregister-all succeeds: clients call it on start
     client.unregister_cuda_shared_memory()
-    for call in (client.get_system_shared_memory_status, client.get_cuda_shared_memory_status,
-                 client.get_trace_settings, client.get_log_settings,
-                 lambda: client.register_system_shared_memory("r", "/k", 64)):
+    assert not client.get_system_shared_memory_status().regions  # client shared memory is off by default
+    with pytest.raises(InferenceServerException, match="Client shared memory is disabled") as err:
+        client.register_system_shared_memory("r", "/k", 64)
+    assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
+    for call in (client.get_cuda_shared_memory_status, client.get_trace_settings, client.get_log_settings):
         with pytest.raises(InferenceServerException) as err:
             call()
         assert err.value.status() == "StatusCode.UNIMPLEMENTED"

@@ -3,7 +3,7 @@
 Request body (``triton-protocol-notes.md`` 2.2): a JSON header, then the bytes of every input
 that has ``parameters.binary_data_size``, in input order; ``Inference-Header-Content-Length``
 gives the header's length when binary data follows. JSON ``data`` (nested or flat) becomes raw
-bytes; every input reaches the core in ``raw_input_contents``, so validation happens once, in
+bytes; every input not in shared memory reaches the core in ``raw_input_contents``, so validation happens once, in
 ``kserve_v2.inference``. Here only what JSON itself needs is checked: types of values, the
 binary layout, nesting depth and the bytes a declared shape would allocate.
 """
@@ -119,7 +119,9 @@ def render_infer_response(response: pb.ModelInferResponse, parsed: HttpInfer) ->
     outputs, blobs = [], []
     for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=True):
         entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
-        if parsed.all_binary or tensor.name in parsed.binary_outputs:
+        if "shared_memory_region" in tensor.parameters:  # written into the client's region: no data here
+            entry["parameters"] = {k: getattr(v, v.WhichOneof("parameter_choice")) for k, v in tensor.parameters.items()}
+        elif parsed.all_binary or tensor.name in parsed.binary_outputs:
             entry["parameters"] = {"binary_data_size": len(raw)}
             blobs.append(raw)
         else:
@@ -174,8 +176,9 @@ def _add_input(request: pb.ModelInferRequest, item: Any, binary: memoryview, off
         request.raw_input_contents.append(bytes(binary[offset : offset + size]))
         return offset + size
     if any(k.startswith("shared_memory") for k in parameters):
-        request.raw_input_contents.append(b"")
-        return offset
+        if "data" in item:
+            raise InvalidInput(f"input '{name}' has both 'data' and shared memory parameters")
+        return offset  # no raw entry: the core reads it from the region
     if "data" not in item:
         raise InvalidInput(f"input '{name}' has no 'data' and no binary_data_size")
     request.raw_input_contents.append(_json_to_raw(item["data"], datatype, shape, name, max_bytes))

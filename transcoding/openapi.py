@@ -22,7 +22,8 @@ def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
 
 def _errors(*codes: int) -> dict[str, Any]:
     text = {400: "invalid request", 404: "unknown model or version", 413: "request over --http-max-input-size",
-            500: "execution or load failure", 501: "unsupported feature", 503: "model not ready, control mode, or exiting"}
+            500: "execution or load failure", 501: "unsupported feature",
+            503: "model not ready, control mode, exiting, or a full queue (with Retry-After)"}
     return {str(code): _json(_ERROR, text[code]) for code in codes}
 
 
@@ -170,6 +171,24 @@ def openapi_document(metrics: bool, status: bool) -> dict[str, Any]:
             "summary": what, "parameters": _parameters("model"), "requestBody": {"required": False, "content": {
                 "application/json": {"schema": {"$ref": "#/components/schemas/RepositoryRequest"}}}},
             "responses": {"200": _json({"type": "object"}), **_errors(400, 404, 413, 500, 503)}}}
+    region = _parameters("region")
+    shm_region = {"type": "object", "properties": {"name": {"type": "string"}, "key": {"type": "string"},
+                                                   "offset": {"type": "integer"}, "byte_size": {"type": "integer"}}}
+    status = {"summary": "Registered system shared memory regions (empty while --allow-client-shm is off)",
+              "responses": {"200": _json({"type": "array", "items": shm_region}), **_errors(404)}}
+    unregister = {"summary": "Unregister system shared memory (all regions, or one)",
+                  "responses": {"200": _json({"type": "object"})}}
+    paths["/v2/systemsharedmemory/status"] = {"get": status}
+    paths["/v2/systemsharedmemory/region/{region}/status"] = {"get": {**status, "parameters": region}}
+    paths["/v2/systemsharedmemory/unregister"] = {"post": unregister}
+    paths["/v2/systemsharedmemory/region/{region}/unregister"] = {"post": {**unregister, "parameters": region}}
+    paths["/v2/systemsharedmemory/region/{region}/register"] = {"post": {
+        "summary": "Register byte_size bytes of the POSIX shared memory object key from offset (--allow-client-shm)",
+        "parameters": region, "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["key", "byte_size"], "properties": {
+                "key": {"type": "string"}, "offset": {"type": "integer", "minimum": 0},
+                "byte_size": {"type": "integer", "minimum": 0}}}}}},
+        "responses": {"200": _json({"type": "object"}), **_errors(400, 413)}}}
     if metrics:
         paths["/metrics"] = {"get": {"summary": "Prometheus metrics (text format)", "responses": {
             "200": {"description": "metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}}

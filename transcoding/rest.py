@@ -145,6 +145,27 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         await service.repository_model_unload(message)
         return JSONResponse({})
 
+    async def shm_status(request: Request) -> Response:
+        name = request.path_params.get("region", "")
+        status = service.system_shared_memory_status(pb.SystemSharedMemoryStatusRequest(name=name))
+        return JSONResponse([message_to_json(region) for region in status.regions.values()])
+
+    async def shm_register(request: Request) -> Response:
+        body = load_json(await read_body(request, max_input_bytes))
+        if not isinstance(body, dict) or not isinstance(body.get("key"), str) or not all(
+                isinstance(body.get(k, 0), int) and not isinstance(body.get(k, 0), bool) and 0 <= body.get(k, 0) < 2**64
+                for k in ("offset", "byte_size")):
+            raise InvalidInput("the register body must be {\"key\": string, \"offset\": uint64, \"byte_size\": uint64}")
+        service.system_shared_memory_register(pb.SystemSharedMemoryRegisterRequest(
+            name=request.path_params["region"], key=body["key"], offset=body.get("offset", 0),
+            byte_size=body.get("byte_size", 0)))
+        return JSONResponse({})
+
+    async def shm_unregister(request: Request) -> Response:
+        name = request.path_params.get("region", "")
+        service.system_shared_memory_unregister(pb.SystemSharedMemoryUnregisterRequest(name=name))
+        return JSONResponse({})
+
     document = openapi_document(metrics=registry is not None, status=reporter is not None)
 
     async def docs(_: Request) -> Response:
@@ -164,6 +185,11 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         Route("/v2/repository/index", route(repository_index), methods=["POST"]),
         Route("/v2/repository/models/{model}/load", route(load), methods=["POST"]),
         Route("/v2/repository/models/{model}/unload", route(unload), methods=["POST"]),
+        Route("/v2/systemsharedmemory/status", route(shm_status), methods=["GET"]),
+        Route("/v2/systemsharedmemory/region/{region}/status", route(shm_status), methods=["GET"]),
+        Route("/v2/systemsharedmemory/region/{region}/register", route(shm_register), methods=["POST"]),
+        Route("/v2/systemsharedmemory/unregister", route(shm_unregister), methods=["POST"]),
+        Route("/v2/systemsharedmemory/region/{region}/unregister", route(shm_unregister), methods=["POST"]),
         Route("/docs", docs, methods=["GET"]),
         Route("/api-doc/openapi.json", openapi, methods=["GET"]),
         Mount("/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets"),

@@ -75,14 +75,13 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         return await _call(context, self._service.repository_model_unload, request)
 
     async def SystemSharedMemoryStatus(self, request, context):
-        return await _call(context, lambda _: self._service.unsupported("system shared memory"), request)
+        return await _call(context, self._service.system_shared_memory_status, request)
 
     async def SystemSharedMemoryRegister(self, request, context):
-        return await _call(context, lambda _: self._service.unsupported("system shared memory"), request)
+        return await _call(context, self._service.system_shared_memory_register, request)
 
     async def SystemSharedMemoryUnregister(self, request, context):
-        await _call(context, lambda r: self._service.shared_memory_unregister(r.name), request)
-        return pb.SystemSharedMemoryUnregisterResponse()
+        return await _call(context, self._service.system_shared_memory_unregister, request)
 
     async def CudaSharedMemoryStatus(self, request, context):
         return await _call(context, lambda _: self._service.unsupported("CUDA shared memory"), request)
@@ -91,7 +90,7 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         return await _call(context, lambda _: self._service.unsupported("CUDA shared memory"), request)
 
     async def CudaSharedMemoryUnregister(self, request, context):
-        await _call(context, lambda r: self._service.shared_memory_unregister(r.name), request)
+        await _call(context, lambda r: self._service.cuda_shared_memory_unregister(r.name), request)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     async def TraceSetting(self, request, context):
