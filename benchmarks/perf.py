@@ -2,7 +2,8 @@
 
 gRPC: `simple` at concurrency 1, 4 and 16 (dynamic batching on, as auto-complete sets it), the
 same graph without batching (`simple_unbatched`: max_batch_size 1) at concurrency 16, and the
-FP32 identity model with 1 MiB and 16 MiB tensors at concurrency 4. REST: `simple` at concurrency 4 with JSON and with binary tensors.
+FP32 identity model with 1 MiB and 16 MiB tensors at concurrency 4, over gRPC and over system
+shared memory (`--shared-memory system`, the server run with `--allow-client-shm true`). REST: `simple` at concurrency 4 with JSON and with binary tensors.
 Then `simple` over gRPC at concurrency 4 again on a second server started with metrics off, so
 the cost of metrics shows as a ratio. Prints infer/s, p50/p99 latency (ms) and payload MB/s
 (request bytes, one direction). perf_analyzer comes from PATH, else from ../shared/tools (a wrapper
@@ -69,8 +70,8 @@ def unbatched_repository(source: Path, target: Path) -> Path:
 
 
 def run(tool: str, ports: dict[str, int], model: str, concurrency: int, seconds: int, shape: str | None,
-        workdir: Path, protocol: str = "grpc", tensor_format: str | None = None) -> dict[str, float]:
-    report = workdir / f"{protocol}-{model}-{concurrency}-{shape or 'default'}-{tensor_format}.csv".replace(":", "_")
+        workdir: Path, protocol: str = "grpc", tensor_format: str | None = None, shm_bytes: int = 0) -> dict[str, float]:
+    report = workdir / f"{protocol}-{model}-{concurrency}-{shape or 'default'}-{tensor_format}-{shm_bytes}.csv".replace(":", "_")
     command = [tool, "-m", model, "-i", protocol, "-u", f"127.0.0.1:{ports[protocol]}", "--concurrency-range", str(concurrency),
                "--measurement-interval", str(seconds * 1000), "--max-trials", "10",
                "--stability-percentage", "25", "-f", str(report)]
@@ -78,6 +79,8 @@ def run(tool: str, ports: dict[str, int], model: str, concurrency: int, seconds:
         command += ["--shape", shape]
     if tensor_format:
         command += ["--input-tensor-format", tensor_format, "--output-tensor-format", tensor_format]
+    if shm_bytes:
+        command += ["--shared-memory", "system", "--output-shared-memory-size", str(shm_bytes)]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     with open(report) as f:
         row = next(csv.DictReader(f))
@@ -94,7 +97,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         extra = unbatched_repository(args.repository, workdir / "extra")
-        proc, ports = start_server(args.repository, workdir / "server.log", "--model-repository", str(extra))
+        proc, ports = start_server(args.repository, workdir / "server.log", "--model-repository", str(extra),
+                                   "--allow-client-shm", "true")
         rows = []
         try:
             for concurrency in (1, 4, 16):
@@ -105,6 +109,9 @@ def main() -> None:
             for label, elements in FP32_ELEMENTS.items():
                 result = run(tool, ports, "identity_fp32", 4, args.seconds, f"INPUT0:{elements}", workdir)
                 rows.append((f"grpc identity_fp32 {label} c=4", elements * 4, result))
+                result = run(tool, ports, "identity_fp32", 4, args.seconds, f"INPUT0:{elements}", workdir,
+                             shm_bytes=elements * 4)
+                rows.append((f"shm identity_fp32 {label} c=4", elements * 4, result))
             for tensor_format in ("json", "binary"):
                 result = run(tool, ports, "simple", 4, args.seconds, None, workdir, "http", tensor_format)
                 rows.append((f"http simple {tensor_format} c=4", 64 * 2, result))
