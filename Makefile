@@ -45,7 +45,7 @@ test: venv browser
 
 bench: venv
 	$(BIN)/python benchmarks/perf.py
-	$(BIN)/python benchmarks/encode.py
+	$(BIN)/python benchmarks/compare.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache
