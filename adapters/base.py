@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from adapters.tokenizer import Batch, TextTokenizer
+from adapters.tokenizer import OVERFLOW_POLICIES, Batch, TextTokenizer
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Execution, Parameter
 from kserve_v2.datatypes import BYTES
-from kserve_v2.errors import InvalidInput
+from kserve_v2.errors import InvalidInput, ServerError
 from kserve_v2.runtime.onnx import OnnxTensor, open_session
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -35,10 +35,10 @@ class Clock:
         self.first_model = 0
         self.model_ns = 0
 
-    def execution(self, outputs: list[np.ndarray], tokens: int) -> Execution:
+    def execution(self, outputs: list[np.ndarray], tokens: int, executions: int = 1) -> Execution:
         total = time.perf_counter_ns() - self.started
         pre = (self.first_model or time.perf_counter_ns()) - self.started
-        return Execution(outputs, pre, max(total - pre - self.model_ns, 0), tokens)
+        return Execution(outputs, pre, max(total - pre - self.model_ns, 0), tokens, executions)
 
 
 class TextAdapter:
@@ -51,6 +51,8 @@ class TextAdapter:
     batchable = False
     inputs: tuple[OnnxTensor, ...]
     outputs: tuple[OnnxTensor, ...]
+    # outputs that are ragged across texts -> the output giving their rows per text
+    ragged: dict[str, str] = {}
 
     def __init__(self, model_dir: Path, version: int, config: mc.ModelConfig) -> None:
         """Open the tokenizer and the ONNX session, and write ``max_sequence_length`` into the config.
@@ -80,6 +82,70 @@ class TextAdapter:
         clock = Clock()
         computed, tokens = self.compute(feeds, set(output_names), parameters, clock)
         return clock.execution([computed[name] for name in output_names], tokens)
+
+    # ---- dynamic batching at the text level (kserve_v2.backend.BatchesTexts) ----
+
+    def batch_key(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+                  parameters: Mapping[str, Parameter]) -> Hashable:
+        """Requests merge when they ask the same outputs with the same parameters and non-text inputs."""
+        others = tuple((name, tuple(bytes(v) for v in array.reshape(-1))) for name, array in sorted(feeds.items())
+                       if name != "text")
+        return tuple(output_names), tuple(sorted((k, str(v)) for k, v in parameters.items())), others
+
+    def batch_items(self, feeds: dict[str, np.ndarray]) -> int:
+        """The texts of a request."""
+        return len(feeds["text"])
+
+    def execute_batch(self, members: list[dict[str, np.ndarray]], output_names: Sequence[str],
+                      parameters: Mapping[str, Parameter]) -> list[Execution | Exception]:
+        """Tokenize every member's texts as one batch (padded to its longest), run once, split back.
+
+        Each member's texts, and its lengths under the ``error`` overflow policy, are checked
+        first, so a bad request fails alone.
+        """
+        clock = Clock()
+        shares: list[Execution | Exception | None] = [None] * len(members)
+        try:
+            policy = string_parameter(parameters, "overflow_policy", "default")
+            if policy not in OVERFLOW_POLICIES:
+                raise InvalidInput(f"unknown overflow_policy '{policy}': use one of {list(OVERFLOW_POLICIES)}")
+        except ServerError as err:
+            return [err] * len(members)
+        valid: list[int] = []
+        for index, feeds in enumerate(members):
+            try:
+                items = texts(feeds, "text")
+                if policy == "error":
+                    self.tokenizer.encode(items, "error")
+                valid.append(index)
+            except ServerError as err:
+                shares[index] = err
+        if valid:
+            merged = {**members[valid[0]], "text": np.concatenate([members[i]["text"] for i in valid])}
+            wanted = set(output_names) | {self.ragged[n] for n in output_names if n in self.ragged}
+            checked = {**parameters, "overflow_policy": "truncate_text"} if policy == "error" else parameters
+            computed, tokens = self.compute(merged, wanted, checked, clock)
+            counts = [len(members[i]["text"]) for i in valid]
+            for position, (index, outputs) in enumerate(zip(valid, self._split(computed, output_names, counts),
+                                                            strict=True)):
+                shares[index] = clock.execution(outputs, tokens if position == 0 else 0, int(position == 0))
+        return [share for share in shares if share is not None]
+
+    def _split(self, computed: dict[str, np.ndarray], output_names: Sequence[str], counts: list[int]
+               ) -> list[list[np.ndarray]]:
+        item_bounds = np.concatenate([[0], np.cumsum(counts)])
+        per_output = []
+        for name in output_names:
+            array = computed[name]
+            if name in self.ragged:
+                rows = np.concatenate([[0], np.cumsum(computed[self.ragged[name]])])
+                bounds = rows[item_bounds]
+            elif len(array) == 0:  # e.g. scores without a query
+                bounds = np.zeros(len(item_bounds), dtype=np.int64)
+            else:
+                bounds = item_bounds
+            per_output.append([array[bounds[i]:bounds[i + 1]] for i in range(len(counts))])
+        return [list(parts) for parts in zip(*per_output, strict=True)]
 
     def compute(self, feeds: dict[str, np.ndarray], wanted: set[str], parameters: Mapping[str, Parameter],
                 clock: Clock) -> tuple[dict[str, np.ndarray], int]:

@@ -33,6 +33,8 @@ POOLINGS = ("mean", "cls", "none")
 class EmbeddingAdapter(TextAdapter):
     """A sentence-embedding model (an ``Executable``; see the module docstring)."""
 
+    ragged = {"multivector": "multivector_lengths"}
+
     def __init__(self, model_dir: Path, version: int, config: mc.ModelConfig) -> None:
         super().__init__(model_dir, version, config)
         graph = self.session.outputs

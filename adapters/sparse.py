@@ -29,6 +29,8 @@ from kserve_v2.runtime.onnx import OnnxTensor
 class SparseAdapter(TextAdapter):
     """A SPLADE model (an ``Executable``; see the module docstring)."""
 
+    ragged = {"sparse_indices": "sparse_lengths", "sparse_values": "sparse_lengths"}
+
     def __init__(self, model_dir: Path, version: int, config: mc.ModelConfig) -> None:
         super().__init__(model_dir, version, config)
         graph = self.session.outputs[0]

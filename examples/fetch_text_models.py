@@ -24,9 +24,11 @@ from pathlib import Path
 
 MODELS = ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8", "splade-tiny", "rampart-pii-ner")
 # The V2 interface (text in, tensors out) is completed by the backend; these set what differs.
+# Requests waiting for the instance are merged into one tokenized batch (up to 64 texts).
 ADAPTER_CONFIG = """name: "{name}"
 backend: "{backend}"
 instance_group [{{ kind: KIND_AUTO count: 1 }}]
+dynamic_batching {{ }}
 {parameters}
 """
 ADAPTERS = {

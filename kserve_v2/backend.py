@@ -8,11 +8,11 @@ imports them; each entry point is an ``Opener``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -63,6 +63,25 @@ class Executable(Protocol):
     def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                 parameters: Mapping[str, Parameter]) -> Execution:
         """Run one request (blocking, off the event loop); errors are ``ServerError``s or ORT's."""
+        ...
+
+
+@runtime_checkable
+class BatchesTexts(Protocol):
+    """An Executable whose requests the dynamic batcher may merge at the text level (max_batch_size 0)."""
+
+    def batch_key(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+                  parameters: Mapping[str, Parameter]) -> Hashable:
+        """Requests with equal keys may share a batch."""
+        ...
+
+    def batch_items(self, feeds: dict[str, np.ndarray]) -> int:
+        """A request's size in the batch limit (its number of texts)."""
+        ...
+
+    def execute_batch(self, members: list[dict[str, np.ndarray]], output_names: Sequence[str],
+                      parameters: Mapping[str, Parameter]) -> list[Execution | Exception]:
+        """Run several requests as one batch; one execution, or the member's own error, per member."""
         ...
 
 

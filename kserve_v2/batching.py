@@ -1,12 +1,13 @@
 """Triton's dynamic batcher for one model version (``model_configuration.md``, dynamic batcher).
 
 Requests queue per version; a batch is formed when a model instance is free: the longest run of
-compatible requests at the head of the queue (same inputs' non-batch shapes, datatypes, outputs
-and parameters) whose batch sizes sum to at most ``max_batch_size``. It is dispatched at once
+compatible requests at the head of the queue (same batch key: by default the inputs' non-batch
+shapes and datatypes, the outputs and the parameters) whose sizes sum to at most the batch limit. It is dispatched at once
 when a prefix of it reaches a ``preferred_batch_size`` (the largest such prefix), when it is full
 or cannot grow, or when its oldest request has waited ``max_queue_delay_microseconds``.
-Inputs are concatenated along the batch dim and outputs split back per request. A failing
-batch fails each member with the error; the batcher keeps running. ``default_queue_policy``:
+The executor merges the members and splits the results (tensor models: along the batch dim;
+text models: texts into one tokenized batch). A failing batch fails each member with the error;
+the batcher keeps running. ``default_queue_policy``:
 ``max_queue_size`` bounds the queue (more gets UNAVAILABLE "Exceeds maximum queue size"), and
 ``default_timeout_microseconds`` with ``timeout_action: REJECT`` rejects requests that waited
 longer (UNAVAILABLE "Request timeout expired"). Cancelled requests never reach the model.
@@ -27,8 +28,12 @@ from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Execution, Parameter
 from kserve_v2.errors import InternalError, Overloaded, Unavailable
 
-# (feeds, output names, parameters) -> (execution, started_ns, finished_ns) on a model instance
-Execute = Callable[[dict[str, np.ndarray], Sequence[str], Mapping[str, Parameter]], Awaitable[tuple[Execution, int, int]]]
+Feeds = dict[str, np.ndarray]
+# (members' feeds, output names, parameters) -> (one execution or error per member, started_ns, finished_ns)
+Execute = Callable[[list[Feeds], Sequence[str], Mapping[str, Parameter]],
+                   Awaitable[tuple[list[Execution | Exception], int, int]]]
+# (feeds, output names, parameters) -> requests with equal keys may share a batch
+Key = Callable[[Feeds, Sequence[str], Mapping[str, Parameter]], Hashable]
 
 
 @dataclass(slots=True, eq=False)
@@ -47,12 +52,15 @@ class DynamicBatcher:
 
     Args:
         config: the version's ``dynamic_batching`` settings.
-        max_batch_size: the model's ``max_batch_size`` (> 0).
+        max_batch_size: the most rows (or texts) in one batch (> 0).
         instances: batches that may run at once (the instance group count).
-        execute: runs one merged batch on a model instance.
+        execute: merges, runs and splits one batch on a model instance.
+        key: the batch key (default ``row_key``).
     """
 
-    def __init__(self, config: mc.ModelDynamicBatching, max_batch_size: int, instances: int, execute: Execute) -> None:
+    def __init__(self, config: mc.ModelDynamicBatching, max_batch_size: int, instances: int, execute: Execute,
+                 key: Key | None = None) -> None:
+        self._key = key or row_key
         self._max_batch = max_batch_size
         self._preferred = sorted({s for s in config.preferred_batch_size if 0 < s <= max_batch_size})
         self._delay_ns = config.max_queue_delay_microseconds * 1000
@@ -80,9 +88,8 @@ class DynamicBatcher:
             raise Overloaded("Exceeds maximum queue size")
         if self._loop_task is None:
             self._loop_task = asyncio.get_running_loop().create_task(self._loop())
-        key = (tuple(output_names), tuple(sorted((k, str(v)) for k, v in parameters.items())),
-               tuple((name, a.dtype.str, a.shape[1:]) for name, a in sorted(feeds.items())))
-        request = _Request(feeds, output_names, parameters, batch_size, key, time.perf_counter_ns(),
+        request = _Request(feeds, output_names, parameters, batch_size, self._key(feeds, output_names, parameters),
+                           time.perf_counter_ns(),
                            asyncio.get_running_loop().create_future())
         self._queue.append(request)
         self._arrived.set()
@@ -154,11 +161,9 @@ class DynamicBatcher:
             live = [r for r in batch if not r.future.done()]
             if not live:
                 return
-            feeds = live[0].feeds if len(live) == 1 else {
-                name: np.concatenate([r.feeds[name] for r in live]) for name in live[0].feeds}
             try:
-                execution, started, finished = await self._execute(feeds, live[0].output_names, live[0].parameters)
-                parts = _split(execution.outputs, [r.batch_size for r in live])
+                shares, started, finished = await self._execute([r.feeds for r in live], live[0].output_names,
+                                                                live[0].parameters)
             except BaseException as err:  # noqa: BLE001 - every member gets the batch's error
                 failure = err if isinstance(err, Exception) else Unavailable("the model version was retired")
                 for request in live:
@@ -167,24 +172,45 @@ class DynamicBatcher:
                 if not isinstance(err, Exception):
                     raise
                 return
-            for index, (request, outputs) in enumerate(zip(live, parts, strict=True)):
-                if not request.future.done():
-                    share = Execution(outputs, execution.pre_ns, execution.post_ns,
-                                      execution.tokens if index == 0 else 0, 1 if index == 0 else 0)
+            for request, share in zip(live, shares, strict=True):
+                if request.future.done():
+                    continue
+                if isinstance(share, Exception):
+                    request.future.set_exception(share)
+                else:
                     request.future.set_result((share, started - request.enqueued_ns, finished - started))
         finally:
             self._slots.release()
 
 
-def _split(outputs: list[np.ndarray], sizes: list[int]) -> list[list[np.ndarray]]:
-    """Each output cut along its batch dim into the members' shares."""
+def row_key(feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter]) -> Hashable:
+    """Tensor models batch requests with the same outputs, parameters and non-batch input shapes."""
+    return (tuple(output_names), tuple(sorted((k, str(v)) for k, v in parameters.items())),
+            tuple((name, a.dtype.str, a.shape[1:]) for name, a in sorted(feeds.items())))
+
+
+def merge_rows(members: list[Feeds]) -> Feeds:
+    """The members' inputs concatenated along the batch dim."""
+    if len(members) == 1:
+        return members[0]
+    return {name: np.concatenate([m[name] for m in members]) for name in members[0]}
+
+
+def split_rows(execution: Execution, sizes: list[int]) -> list[Execution]:
+    """A batch's execution cut along the batch dim into the members' shares (the first counts
+    the execution and the tokens).
+
+    Raises:
+        InternalError: an output without the batch's rows.
+    """
     if len(sizes) == 1:
-        return [outputs]
+        return [execution]
     total, bounds = sum(sizes), list(itertools.accumulate(sizes))[:-1]
-    for array in outputs:
+    for array in execution.outputs:
         if array.ndim == 0 or array.shape[0] != total:
             raise InternalError(f"the model returned an output of shape {list(array.shape)} for a batch of {total}")
-    per_output = [np.split(array, bounds) for array in outputs]
-    return [list(parts) for parts in zip(*per_output, strict=True)]
+    per_output = [np.split(array, bounds) for array in execution.outputs]
+    return [Execution(list(parts), execution.pre_ns, execution.post_ns, execution.tokens if i == 0 else 0, int(i == 0))
+            for i, parts in enumerate(zip(*per_output, strict=True))]
 
 

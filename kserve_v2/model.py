@@ -2,7 +2,8 @@
 
 Executions run on a thread pool sized by the instance group count, so ORT never blocks the
 event loop and at most ``count`` executions of a version run at once. With ``dynamic_batching``
-(and ``max_batch_size > 0``) requests go through the version's ``DynamicBatcher`` first.
+(and ``max_batch_size > 0``, or a text backend) requests go through the version's
+``DynamicBatcher`` first.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import Executable, Execution, Parameter
-from kserve_v2.batching import DynamicBatcher
+from kserve_v2.backend import BatchesTexts, Executable, Execution, Parameter
+from kserve_v2.batching import DynamicBatcher, merge_rows, split_rows
 from kserve_v2.spec import ModelSpec
 from kserve_v2.statistics import ModelStats
+
+# texts in one merged batch of a text model, unless preferred_batch_size says otherwise
+TEXT_BATCH_ITEMS = 64
 
 
 class ModelVersion:
@@ -46,8 +50,14 @@ class ModelVersion:
         instances = sum(g.count for g in config.instance_group) or 1
         self._executor = ThreadPoolExecutor(max_workers=instances, thread_name_prefix=f"ort-{name}-{version}")
         self._batcher = None
-        if config.HasField("dynamic_batching") and config.max_batch_size > 0:
-            self._batcher = DynamicBatcher(config.dynamic_batching, config.max_batch_size, instances, self._execute)
+        self._merges_texts = isinstance(executable, BatchesTexts)
+        if config.HasField("dynamic_batching") and (config.max_batch_size > 0 or self._merges_texts):
+            if self._merges_texts:
+                limit = max(config.dynamic_batching.preferred_batch_size, default=TEXT_BATCH_ITEMS)
+                key = executable.batch_key  # type: ignore[attr-defined]
+            else:
+                limit, key = config.max_batch_size, None
+            self._batcher = DynamicBatcher(config.dynamic_batching, limit, instances, self._execute_batch, key)
 
     async def run(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                   parameters: Mapping[str, Parameter], batch_size: int) -> tuple[Execution, int, int]:
@@ -67,12 +77,31 @@ class ModelVersion:
             Overloaded / Unavailable: the batcher's queue is full, or its timeout expired.
         """
         if self._batcher is not None:
+            if self._merges_texts:
+                batch_size = self._executable.batch_items(feeds)  # type: ignore[attr-defined]
             execution, queue_ns, run_ns = await self._batcher.submit(feeds, output_names, parameters, batch_size)
         else:
             submitted = time.perf_counter_ns()
             execution, started, finished = await self._execute(feeds, output_names, parameters)
             queue_ns, run_ns = started - submitted, finished - started
         return execution, queue_ns, run_ns - execution.pre_ns - execution.post_ns
+
+    async def _execute_batch(self, members: list[dict[str, np.ndarray]], output_names: Sequence[str],
+                             parameters: Mapping[str, Parameter]) -> tuple[list[Execution | Exception], int, int]:
+        """One merged batch on an instance thread: text models merge their texts themselves,
+        tensor models along the batch dim."""
+        started = 0
+
+        def execute() -> list[Execution | Exception]:
+            nonlocal started
+            started = time.perf_counter_ns()
+            if self._merges_texts:
+                return self._executable.execute_batch(members, output_names, parameters)  # type: ignore[attr-defined]
+            execution = self._executable.execute(merge_rows(members), output_names, parameters)
+            return list(split_rows(execution, [len(next(iter(m.values()))) for m in members]))
+
+        shares = await asyncio.get_running_loop().run_in_executor(self._executor, execute)
+        return shares, started, time.perf_counter_ns()
 
     async def _execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                        parameters: Mapping[str, Parameter]) -> tuple[Execution, int, int]:

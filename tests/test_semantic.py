@@ -11,6 +11,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import msgpack
 import msgpack_numpy
@@ -323,3 +324,33 @@ def test_text_models_unload_and_load_through_the_repository_api(text_server) -> 
         assert "tiny-reranker" not in {m["name"] for m in call(text_server, "/v1/models")[2]["models"]}
         client.load_model("tiny-reranker")
         assert call(text_server, "/v1/score/tiny-reranker", request)[0] == 200
+
+
+def test_concurrent_requests_merge_into_text_batches(text_server) -> None:
+    """dynamic_batching {} on a text model: waiting requests share one tokenized batch, results unchanged."""
+    sentences = [f"{s} Number {i}." for i in range(24) for s in SENTENCES[:1]]
+    _, _, alone = call(text_server, "/v1/encode/all-MiniLM-L6-v2-int8",
+                       {"items": [{"text": s} for s in sentences], "params": {"output_types": ["dense", "multivector"]}})
+    with grpcclient.InferenceServerClient(text_server.url) as client:
+        before = client.get_inference_statistics("all-MiniLM-L6-v2-int8").model_stats[0]
+    bodies = [{"items": [{"text": s}], "params": {"output_types": ["dense", "multivector"]}} for s in sentences]
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        replies = list(pool.map(lambda b: call(text_server, "/v1/encode/all-MiniLM-L6-v2-int8", b), bodies))
+    with grpcclient.InferenceServerClient(text_server.url) as client:
+        after = client.get_inference_statistics("all-MiniLM-L6-v2-int8").model_stats[0]
+    assert after.inference_count - before.inference_count == len(bodies)
+    assert after.execution_count - before.execution_count < len(bodies)  # some requests shared a batch
+    for (status, _, body), expected in zip(replies, alone["items"], strict=True):
+        assert status == 200
+        np.testing.assert_allclose(body["items"][0]["dense"]["values"], expected["dense"]["values"], atol=1e-5)
+        assert body["items"][0]["multivector"]["num_tokens"] == expected["multivector"]["num_tokens"]
+        np.testing.assert_allclose(body["items"][0]["multivector"]["values"], expected["multivector"]["values"], atol=1e-4)
+
+
+def test_a_bad_request_in_a_text_batch_fails_alone(text_server) -> None:
+    options = {"output_types": ["dense"], "options": {"overflow_policy": "error"}}
+    bodies = [{"items": [{"text": LONG_TEXT if i == 5 else f"sentence {i}"}], "params": options} for i in range(12)]
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        replies = list(pool.map(lambda b: call(text_server, "/v1/encode/all-MiniLM-L6-v2-int8", b), bodies))
+    assert [status for status, _, _ in replies] == [400 if i == 5 else 200 for i in range(12)]
+    assert replies[5][2]["detail"]["code"] == "INPUT_TOO_LONG" and "Item 0:" in replies[5][2]["detail"]["message"]

@@ -118,7 +118,7 @@ def validate(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequ
     if config.HasField("sequence_batching") or config.HasField("ensemble_scheduling"):
         raise ConfigError("sequence batching and ensembles are not supported")
     too_large = [s for s in config.dynamic_batching.preferred_batch_size if s < 1 or s > config.max_batch_size]
-    if config.HasField("dynamic_batching") and too_large:
+    if config.HasField("dynamic_batching") and config.max_batch_size > 0 and too_large:
         raise ConfigError(f"dynamic batching preferred size must be <= max batch size for {config.name}: {too_large}")
 
 
