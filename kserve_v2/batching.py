@@ -95,10 +95,6 @@ class DynamicBatcher:
         self._arrived.set()
         return await request.future  # a cancelled caller cancels the future: the batcher skips it
 
-    def pending(self) -> int:
-        """Requests waiting in the queue."""
-        return len(self._queue)
-
     def stop(self) -> None:
         """Stop forming batches (the version is retired; its queue is empty)."""
         if self._loop_task is not None:
