@@ -39,6 +39,7 @@ ENV = HERE / ".mlserver-env"
 MLSERVER = ["mlserver==1.7.1", "uvloop<0.22", "onnxruntime", "numpy"]
 EXAMPLES = ROOT / "examples" / "model_repository"
 MIB = 2**20
+MINILM = "all-MiniLM-L6-v2"
 
 
 def mlserver_env() -> Path:
@@ -164,6 +165,9 @@ def main() -> None:
         ours, theirs = results[label]["ours"], results[label]["MLServer"]
         ratio = f"{ours / theirs:.2f}" if isinstance(ours, float) and isinstance(theirs, float) else "n/a"
         print(f"| {label} | {_figure(ours, elements)} | {_figure(theirs, elements)} | {ratio} |")
+    if not ((ROOT.parent / "shared" / "models" / MINILM).is_dir() or (EXAMPLES / MINILM / "1" / "tokenizer.json").is_file()):
+        print(f"/v1/encode: skipped, no {MINILM} (keep ../shared beside the project or run `make models`)")
+        return
     encode = [sys.executable, str(HERE / "encode.py")] + (["--smoke"] if args.smoke else [])
     subprocess.run(encode, check=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 

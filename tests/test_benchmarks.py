@@ -31,4 +31,5 @@ def test_comparison_harness_prints_its_table() -> None:
                                                 "grpc identity_fp32 1 MiB c=4", "grpc identity_fp32 16 MiB c=4"]
     assert all(r[1].strip().endswith(("infer/s", "MB/s")) for r in rows[:6])  # ours never fails
     assert float(rows[1][3]) > 0  # both servers answered simple at c=4
-    assert "ratio server / in-process" in done.stdout
+    if (SHARED_MODELS / "all-MiniLM-L6-v2").is_dir():
+        assert "ratio server / in-process" in done.stdout
