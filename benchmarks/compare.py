@@ -103,6 +103,10 @@ async def drive(protocol: str, port: int, model: str, elements: int, concurrency
     client = module.InferenceServerClient(url) if protocol == "http" else module.InferenceServerClient(
         url, channel_args=[("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)])
     inputs = _inputs(module, model, elements)
+    names = ["OUTPUT0", "OUTPUT1"] if model == "simple" else ["OUTPUT0"]
+    outputs = [httpaio.InferRequestedOutput(n, binary_data=False) for n in names] if protocol == "http" else None
+    # tritonclient sends no Content-Type; MLServer's FastAPI then refuses the body (422)
+    headers = {"Content-Type": "application/json"} if protocol == "http" else None
     done, errors = 0, []
     deadline = time.perf_counter() + seconds
 
@@ -110,13 +114,13 @@ async def drive(protocol: str, port: int, model: str, elements: int, concurrency
         nonlocal done
         while time.perf_counter() < deadline and not errors:
             try:
-                await client.infer(model, inputs)
+                await client.infer(model, inputs, outputs=outputs, headers=headers)
                 done += 1
             except Exception as err:  # noqa: BLE001 - reported in the table
                 errors.append(str(err).splitlines()[0][:60])
 
     try:
-        await client.infer(model, inputs)  # warm-up
+        await client.infer(model, inputs, outputs=outputs, headers=headers)  # warm-up
         started = time.perf_counter()
         await asyncio.gather(*[caller() for _ in range(concurrency)])
         elapsed = time.perf_counter() - started
