@@ -161,6 +161,22 @@ class TextAdapter:
         clock.model_ns += time.perf_counter_ns() - started
         return outputs
 
+    def encode_with_query(self, feeds: Mapping[str, np.ndarray], parameters: Mapping[str, Parameter]
+                          ) -> tuple[Batch, bool]:
+        """Tokenize the texts and, when the request has one, the query as the last item; the
+        ``instruction`` prefixes the query when there is one, otherwise every text.
+
+        Returns:
+            (batch, whether its last item is the query).
+        """
+        items = texts(feeds, "text")
+        instruction = string_parameter(parameters, "instruction", "")
+        if "query" in feeds:
+            items.append(with_instruction(instruction, texts(feeds, "query")[0]))
+        else:
+            items = [with_instruction(instruction, t) for t in items]
+        return self.encode(items, parameters), "query" in feeds
+
     def encode(self, items: Sequence[str | tuple[str, str]], parameters: Mapping[str, Parameter]) -> Batch:
         """Tokenize under the request's ``overflow_policy`` (see ``TextTokenizer.encode``)."""
         return self.tokenizer.encode(items, string_parameter(parameters, "overflow_policy", "default"))

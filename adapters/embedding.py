@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from adapters.base import Clock, TextAdapter, l2_normalize, string_parameter, text_input, texts, with_instruction
+from adapters.base import Clock, TextAdapter, l2_normalize, text_input
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Parameter
 from kserve_v2.datatypes import BY_V2
@@ -63,19 +63,12 @@ class EmbeddingAdapter(TextAdapter):
 
     def compute(self, feeds: dict[str, np.ndarray], wanted: set[str], parameters: Mapping[str, Parameter],
                 clock: Clock) -> tuple[dict[str, np.ndarray], int]:
-        items = texts(feeds, "text")
-        instruction = string_parameter(parameters, "instruction", "")
-        query = texts(feeds, "query")[0] if "query" in feeds else None
-        if query is None:
-            items = [with_instruction(instruction, t) for t in items]
-        else:
-            items.append(with_instruction(instruction, query))
-        batch = self.encode(items, parameters)
+        batch, has_query = self.encode_with_query(feeds, parameters)
         graph = self.infer(batch, clock)
         mask = batch.feeds["attention_mask"]
         dense = self._dense(graph, mask)
         out: dict[str, np.ndarray] = {}
-        if query is not None:
+        if has_query:
             unit = l2_normalize(dense)
             out["scores"] = (unit[:-1] @ unit[-1]).astype(np.float32)
             dense, mask, graph = dense[:-1], mask[:-1], [g[:-1] for g in graph]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from adapters.base import Clock, TextAdapter, string_parameter, text_input, texts, with_instruction
+from adapters.base import Clock, TextAdapter, text_input
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Parameter
 from kserve_v2.datatypes import BY_V2
@@ -46,21 +46,14 @@ class SparseAdapter(TextAdapter):
 
     def compute(self, feeds: dict[str, np.ndarray], wanted: set[str], parameters: Mapping[str, Parameter],
                 clock: Clock) -> tuple[dict[str, np.ndarray], int]:
-        items = texts(feeds, "text")
-        instruction = string_parameter(parameters, "instruction", "")
-        query = texts(feeds, "query")[0] if "query" in feeds else None
-        if query is None:
-            items = [with_instruction(instruction, t) for t in items]
-        else:
-            items.append(with_instruction(instruction, query))
-        batch = self.encode(items, parameters)
+        batch, has_query = self.encode_with_query(feeds, parameters)
         weights = self.infer(batch, clock)[0]
         if self._logits:
             mask = batch.feeds["attention_mask"][..., None].astype(np.float32)
             weights = (np.log1p(np.maximum(weights, 0)) * mask).max(axis=1)
         weights = weights.astype(np.float32, copy=False)
         out: dict[str, np.ndarray] = {"scores": np.zeros(0, dtype=np.float32)}
-        if query is not None:
+        if has_query:
             out["scores"] = (weights[:-1] @ weights[-1]).astype(np.float32)
             weights = weights[:-1]
         rows, columns = np.nonzero(weights)

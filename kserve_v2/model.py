@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from kserve_v2.batching import DynamicBatcher, merge_rows, split_rows
 from kserve_v2.spec import ModelSpec
 from kserve_v2.statistics import ModelStats
 
+T = TypeVar("T")
 # texts in one merged batch of a text model, unless preferred_batch_size says otherwise
 TEXT_BATCH_ITEMS = 64
 
@@ -90,31 +92,31 @@ class ModelVersion:
                              parameters: Mapping[str, Parameter]) -> tuple[list[Execution | Exception], int, int]:
         """One merged batch on an instance thread: text models merge their texts themselves,
         tensor models along the batch dim."""
-        started = 0
 
         def execute() -> list[Execution | Exception]:
-            nonlocal started
-            started = time.perf_counter_ns()
             if self._merges_texts:
                 return self._executable.execute_batch(members, output_names, parameters)  # type: ignore[attr-defined]
             execution = self._executable.execute(merge_rows(members), output_names, parameters)
             return list(split_rows(execution, [len(next(iter(m.values()))) for m in members]))
 
-        shares = await asyncio.get_running_loop().run_in_executor(self._executor, execute)
-        return shares, started, time.perf_counter_ns()
+        return await self._on_instance(execute)
 
     async def _execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                        parameters: Mapping[str, Parameter]) -> tuple[Execution, int, int]:
         """One execution on an instance thread: (execution, started_ns, finished_ns)."""
+        return await self._on_instance(lambda: self._executable.execute(feeds, output_names, parameters))
+
+    async def _on_instance(self, work: Callable[[], T]) -> tuple[T, int, int]:
+        """Run ``work`` on an instance thread: (its result, started_ns, finished_ns)."""
         started = 0
 
-        def execute() -> Execution:
+        def timed() -> T:
             nonlocal started
             started = time.perf_counter_ns()
-            return self._executable.execute(feeds, output_names, parameters)
+            return work()
 
-        execution = await asyncio.get_running_loop().run_in_executor(self._executor, execute)
-        return execution, started, time.perf_counter_ns()
+        result = await asyncio.get_running_loop().run_in_executor(self._executor, timed)
+        return result, started, time.perf_counter_ns()
 
     def hold(self) -> None:
         """A request starts using this version (event loop only)."""

@@ -129,20 +129,20 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         rows = [{k: v for k, v in message_to_json(m).items() if v != "" or k == "name"} for m in index.models]
         return JSONResponse(rows)
 
-    async def load(request: Request) -> Response:
+    async def repository_request(request: Request, message: Any) -> Any:
+        """The load or unload message for the path's model, with the body's parameters."""
+        message.model_name = request.path_params["model"]
         body = load_json(await read_body(request, max_input_bytes))
-        message = pb.RepositoryModelLoadRequest(model_name=request.path_params["model"])
         for key, value in _repository_parameters(body).items():
             _repository_parameter(message.parameters[key], key, value)
-        await service.repository_model_load(message)
+        return message
+
+    async def load(request: Request) -> Response:
+        await service.repository_model_load(await repository_request(request, pb.RepositoryModelLoadRequest()))
         return JSONResponse({})
 
     async def unload(request: Request) -> Response:
-        body = load_json(await read_body(request, max_input_bytes))
-        message = pb.RepositoryModelUnloadRequest(model_name=request.path_params["model"])
-        for key, value in _repository_parameters(body).items():
-            _repository_parameter(message.parameters[key], key, value)
-        await service.repository_model_unload(message)
+        await service.repository_model_unload(await repository_request(request, pb.RepositoryModelUnloadRequest()))
         return JSONResponse({})
 
     async def shm_status(request: Request) -> Response:

@@ -149,12 +149,12 @@ def sie_routes(service: InferenceService, max_bytes: int) -> list[Route]:
         arrays, report = await models.infer(request, "encode", name, {"text": _texts(items)}, wanted,
                                             _parameters(params.get("instruction"), params.get("options")))
         dims = {o.name: o.shape[-1] for o in metadata.outputs}
-        vocab = _config_parameter(service, name, "vocab_size")
         results = [_echo_id(item, i, default=False) for i, item in enumerate(items)]
         if "dense" in kinds:
             for result, row in zip(results, arrays[DENSE_OUTPUTS[dtype]], strict=True):
                 result["dense"] = {"dims": dims["dense"], "dtype": dtype, "values": row}
         if "sparse" in kinds:
+            vocab = _config_parameter(service, name, "vocab_size")
             bounds = np.concatenate([[0], np.cumsum(arrays["sparse_lengths"])])
             for i, result in enumerate(results):
                 part = slice(bounds[i], bounds[i + 1])
