@@ -1,8 +1,8 @@
 """Side by side, in one run: this server against MLServer 1.7 serving the same ONNX models.
 
-MLServer (PyPI) runs in its own virtual environment (benchmarks/.mlserver-env, created on first
-use) with the small custom runtime in benchmarks/mlserver_runtime.py. perf_analyzer cannot drive
-MLServer (it asks for the ModelConfig RPC, which MLServer lacks: "failed to get model config:
+MLServer (PyPI) runs in its own virtual environment (``mlserver-1.7`` in the user's cache folder,
+see benchmarks/cache.py; created on first use) with the small custom runtime in
+benchmarks/mlserver_runtime.py. perf_analyzer cannot drive MLServer (it asks for the ModelConfig RPC, which MLServer lacks: "failed to get model config:
 Method not found!"), so one closed-loop tritonclient asyncio load generator drives both servers
 with the same requests: `simple` over gRPC at concurrency 1, 4 and 16 and over REST at 4; the FP32
 identity model with 1 MiB and 16 MiB tensors over gRPC at 4. Then benchmarks/encode.py gives
@@ -31,10 +31,10 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cache import cache_dir  # noqa: E402 - sibling module
 from perf import ROOT, start_server  # noqa: E402 - the sibling benchmark's server launcher
 
 HERE = Path(__file__).resolve().parent
-ENV = HERE / ".mlserver-env"
 # uvloop 0.22 broke MLServer 1.7's workers ("There is no current event loop")
 MLSERVER = ["mlserver==1.7.1", "uvloop<0.22", "onnxruntime", "numpy"]
 EXAMPLES = ROOT / "examples" / "model_repository"
@@ -44,10 +44,11 @@ MINILM = "all-MiniLM-L6-v2"
 
 def mlserver_env() -> Path:
     """The MLServer executable, installing it into its own environment the first time."""
-    executable = ENV / "bin" / "mlserver"
+    env = cache_dir("mlserver-1.7")
+    executable = env / "bin" / "mlserver"
     if not executable.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(ENV)], check=True)
-        subprocess.run([str(ENV / "bin" / "pip"), "install", "-q", *MLSERVER], check=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(env)], check=True)
+        subprocess.run([str(env / "bin" / "pip"), "install", "-q", *MLSERVER], check=True)
     return executable
 
 
