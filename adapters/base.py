@@ -34,6 +34,7 @@ class Clock:
         self.started = time.perf_counter_ns()
         self.first_model = 0
         self.model_ns = 0
+        self.item_tokens: np.ndarray = np.zeros(0, dtype=np.int64)  # real tokens per item of the last model run
 
     def execution(self, outputs: list[np.ndarray], tokens: int, executions: int = 1) -> Execution:
         total = time.perf_counter_ns() - self.started
@@ -114,7 +115,7 @@ class TextAdapter:
         valid: list[int] = []
         for index, feeds in enumerate(members):
             try:
-                items = texts(feeds, "text")
+                items = self.item_texts(feeds, parameters)
                 if policy == "error":
                     self.tokenizer.encode(items, "error")
                 valid.append(index)
@@ -126,9 +127,12 @@ class TextAdapter:
             checked = {**parameters, "overflow_policy": "truncate_text"} if policy == "error" else parameters
             computed, tokens = self.compute(merged, wanted, checked, clock)
             counts = [len(members[i]["text"]) for i in valid]
+            bounds = np.concatenate([[0], np.cumsum(counts)])
+            own = [int(clock.item_tokens[bounds[i]:bounds[i + 1]].sum()) for i in range(len(counts))]
+            own[0] += tokens - sum(own)  # a shared query's tokens
             for position, (index, outputs) in enumerate(zip(valid, self._split(computed, output_names, counts),
                                                             strict=True)):
-                shares[index] = clock.execution(outputs, tokens if position == 0 else 0, int(position == 0))
+                shares[index] = clock.execution(outputs, own[position], int(position == 0))
         return [share for share in shares if share is not None]
 
     def _split(self, computed: dict[str, np.ndarray], output_names: Sequence[str], counts: list[int]
@@ -156,6 +160,7 @@ class TextAdapter:
         """Run the ONNX model on a tokenized batch; every graph output, in graph order."""
         started = time.perf_counter_ns()
         clock.first_model = clock.first_model or started
+        clock.item_tokens = batch.feeds["attention_mask"].sum(axis=1)
         feeds = {name: batch.feeds[name] for name in self._graph_inputs}
         outputs = self.session.run(feeds, [t.name for t in self.session.outputs])
         clock.model_ns += time.perf_counter_ns() - started
@@ -169,13 +174,28 @@ class TextAdapter:
         Returns:
             (batch, whether its last item is the query).
         """
-        items = texts(feeds, "text")
+        items = self.item_texts(feeds, parameters)
         instruction = string_parameter(parameters, "instruction", "")
         if "query" in feeds:
             items.append(with_instruction(instruction, texts(feeds, "query")[0]))
         else:
             items = [with_instruction(instruction, t) for t in items]
         return self.encode(items, parameters), "query" in feeds
+
+    def item_texts(self, feeds: Mapping[str, np.ndarray], parameters: Mapping[str, Parameter]) -> list[str]:
+        """The ``text`` items; with the request parameter ``token_ids`` = ``model``, each item is a JSON
+        array of the model tokenizer's own ids, decoded with that tokenizer (``TextTokenizer.decode_ids``).
+
+        Raises:
+            InvalidInput: see ``texts``; an unknown ``token_ids`` value, or bad ids -> 400.
+        """
+        items = texts(feeds, "text")
+        mode = string_parameter(parameters, "token_ids", "")
+        if not mode:
+            return items
+        if mode != "model":
+            raise InvalidInput(f"parameter 'token_ids' must be 'model', got '{mode}'")
+        return self.tokenizer.decode_ids(items)
 
     def encode(self, items: Sequence[str | tuple[str, str]], parameters: Mapping[str, Parameter]) -> Batch:
         """Tokenize under the request's ``overflow_policy`` (see ``TextTokenizer.encode``)."""

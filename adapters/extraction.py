@@ -6,31 +6,41 @@ V2 interface (``max_batch_size: 0``):
   outputs  ``entities`` BYTES [-1]: per text, a JSON array of
            ``{"text", "label", "score", "start", "end"}`` (character offsets into the text, end
            exclusive), in text order.
-Decoding: softmax over each real token's logits (special tokens and padding skipped); a token
-whose best label is ``O`` or scores under the threshold ends the open span; ``B-X`` opens a
-span of type X, unless the token continues the word of an open X span (a word piece); ``I-X``
-extends an open X span, or opens one. A span's score is its lowest token
-score, its characters run from its first token's start offset to its last token's end offset.
-Labels come from ``<version>/config.json`` ``id2label`` (Hugging Face's layout). Config
-parameter ``threshold`` (default 0.5), which a request parameter of the same name overrides.
+Decoding: softmax over each real token's logits (special tokens and padding skipped), then one of
+the aggregation strategies of token-classification pipelines (Hugging Face ``transformers``
+``TokenClassificationPipeline``), named by the request parameter ``aggregation_strategy``:
+``simple`` (default: every token keeps its own best label), ``first`` (a word takes its first
+token's label), ``max`` (the label of its highest-scoring token), ``average`` (the best label of
+its tokens' mean probabilities) - a word is what the tokenizer's pre-tokenizer splits - or
+``none`` (every token its own entity, no merging). Units (tokens, or words) whose label is ``O`` or
+whose score is under the threshold end the open span; a unit of type X joins an open X span when
+it is tagged ``I-X``, continues the span's last word, or starts where the span ends (no gap: the
+pieces of an e-mail address or a phone number); otherwise it opens a span. A span's score is its
+lowest unit score; its characters run from its first token's start offset to its last token's
+end offset. Labels come from ``<version>/config.json`` ``id2label`` (Hugging Face's layout).
+Config parameter ``threshold`` (default 0.5), which a request parameter of the same name overrides.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from adapters.base import Clock, TextAdapter, text_input, texts
+from adapters.base import Clock, TextAdapter, string_parameter, text_input, texts
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Parameter
 from kserve_v2.datatypes import BY_V2
 from kserve_v2.errors import InvalidInput
 from kserve_v2.runtime.onnx import OnnxTensor
 from tokenizers import Encoding
+
+AGGREGATION_STRATEGIES = ("simple", "first", "max", "average", "none")
+WORD_STRATEGIES = ("first", "max", "average")
 
 
 class ExtractionAdapter(TextAdapter):
@@ -54,41 +64,76 @@ class ExtractionAdapter(TextAdapter):
         threshold = parameters.get("threshold", self._threshold)
         if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 <= threshold <= 1:
             raise InvalidInput("parameter 'threshold' must be a number between 0 and 1")
+        strategy = string_parameter(parameters, "aggregation_strategy", "simple")
+        if strategy not in AGGREGATION_STRATEGIES:
+            raise InvalidInput(f"unknown aggregation_strategy '{strategy}': use one of {list(AGGREGATION_STRATEGIES)}")
         batch = self.encode(items, parameters)
         logits = self.infer(batch, clock)[0].astype(np.float32, copy=False)
         shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
         probabilities = shifted / shifted.sum(axis=-1, keepdims=True)
-        best, scores = probabilities.argmax(axis=-1), probabilities.max(axis=-1)
         entities = np.empty(len(items), dtype=object)
         for i, (text, encoding) in enumerate(zip(items, batch.encodings, strict=True)):
-            found = self._spans(text, encoding, best[i], scores[i], float(threshold))
+            units = _units(encoding, probabilities[i], strategy)
+            found = self._spans(text, units, float(threshold), merge=strategy != "none")
             if keep is not None:
                 found = [e for e in found if e["label"].lower() in keep]
             entities[i] = json.dumps(found).encode()
         return {"entities": entities}, batch.tokens
 
-    def _spans(self, text: str, encoding: Encoding, best: np.ndarray, scores: np.ndarray,
-               threshold: float) -> list[dict[str, Any]]:
+    def _spans(self, text: str, units: list[_Unit], threshold: float, merge: bool) -> list[dict[str, Any]]:
         spans: list[dict[str, Any]] = []
         current: dict[str, Any] | None = None
-        word_ids = encoding.word_ids
-        for token, (special, real) in enumerate(zip(encoding.special_tokens_mask, encoding.attention_mask, strict=True)):
-            if special or not real:
-                continue
-            label, score = self._labels[best[token]], float(scores[token])
-            start, end = encoding.offsets[token]
-            if label == "O" or score < threshold:
+        for unit in units:
+            label = self._labels[unit.label]
+            if label == "O" or unit.score < threshold:
                 current = None
                 continue
             tag, kind = label.split("-", 1) if "-" in label else ("B", label)
-            if current is not None and current["label"] == kind and (tag == "I" or current["word"] == word_ids[token]):
-                current["end"], current["score"] = end, min(current["score"], score)
+            if (merge and current is not None and current["label"] == kind
+                    and (tag == "I" or current["word"] == unit.word or current["end"] == unit.start)):
+                current["end"], current["score"] = unit.end, min(current["score"], unit.score)
             else:
-                current = {"label": kind, "score": score, "start": start, "end": end}
+                current = {"label": kind, "score": unit.score, "start": unit.start, "end": unit.end}
                 spans.append(current)
-            current["word"] = word_ids[token]
+            current["word"] = unit.word
         return [{"text": text[s["start"]:s["end"]], "label": s["label"], "score": round(s["score"], 4),
                  "start": s["start"], "end": s["end"]} for s in spans]
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    """A token, or a word, with its chosen label index and score, and its character span."""
+
+    label: int
+    score: float
+    start: int
+    end: int
+    word: int | None
+
+
+def _units(encoding: Encoding, probabilities: np.ndarray, strategy: str) -> list[_Unit]:
+    """The real tokens (``simple``, ``none``) or words (``first``, ``max``, ``average``) of one text."""
+    tokens = [t for t, (special, real) in enumerate(zip(encoding.special_tokens_mask, encoding.attention_mask,
+                                                          strict=True)) if real and not special]
+    groups: list[list[int]] = []
+    for token in tokens:
+        word = encoding.word_ids[token]
+        if strategy in WORD_STRATEGIES and groups and word is not None and encoding.word_ids[groups[-1][0]] == word:
+            groups[-1].append(token)
+        else:
+            groups.append([token])
+    units = []
+    for group in groups:
+        rows = probabilities[group]
+        if strategy == "average":
+            mean = rows.mean(axis=0)
+            label, score = int(mean.argmax()), float(mean.max())
+        else:
+            best = int(rows.max(axis=-1).argmax()) if strategy == "max" else 0
+            label, score = int(rows[best].argmax()), float(rows[best].max())
+        units.append(_Unit(label, score, encoding.offsets[group[0]][0], encoding.offsets[group[-1]][1],
+                           encoding.word_ids[group[0]]))
+    return units
 
 
 def open_model(model_dir: Path, version: int, config: mc.ModelConfig) -> ExtractionAdapter:

@@ -8,6 +8,7 @@ follow SIE's ``options.overflow_policy`` (``sie-http-api.txt``): ``default`` and
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,30 @@ class TextTokenizer:
         else:
             tokenizer.enable_truncation(max_length)
         return tokenizer
+
+    def decode_ids(self, items: Sequence[str]) -> list[str]:
+        """Items that are JSON arrays of this tokenizer's ids, as text (special tokens dropped); the
+        text is tokenized again by ``encode``, a round trip that gives the same ids back for ids this
+        tokenizer produced.
+
+        Raises:
+            InvalidInput: an item that is not a non-empty array of ids below the vocabulary size -> 400.
+        """
+        vocabulary = self._whole.get_vocab_size(with_added_tokens=True)
+        decoded = []
+        for index, item in enumerate(items):
+            try:
+                ids = json.loads(item)
+            except ValueError:
+                ids = None
+            if not isinstance(ids, list) or not ids or not all(type(i) is int for i in ids):
+                raise InvalidInput(f"item {index} is not a JSON array of token ids")
+            bad = next((i for i in ids if not 0 <= i < vocabulary), None)
+            if bad is not None:
+                raise InvalidInput(f"item {index} has token id {bad}, outside the vocabulary of {self._model} "
+                                   f"({vocabulary} tokens)")
+            decoded.append(self._whole.decode(ids, skip_special_tokens=True))
+        return decoded
 
     def encode(self, items: Sequence[str | tuple[str, str]], policy: str) -> Batch:
         """Tokenize texts, or (query, text) pairs, under an overflow policy.

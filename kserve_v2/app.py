@@ -12,7 +12,7 @@ import logging
 import signal
 
 from grpc_health.v1 import health_pb2
-from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client import CollectorRegistry, ProcessCollector, disable_created_metrics
 
 from kserve_v2.grpc.server import SERVICE_NAME, build_server
 from kserve_v2.gpu import GpuCollector
@@ -42,6 +42,7 @@ class App:
         registry = None
         metrics = None
         if settings.allow_metrics:
+            disable_created_metrics()  # no *_created series: Triton has none, and they double every family
             registry = CollectorRegistry()
             ProcessCollector(registry=registry)  # process CPU seconds, resident and virtual memory
             metrics = InferenceMetrics(registry)
@@ -59,7 +60,9 @@ class App:
         self.http: HttpServer | None = None
         if settings.allow_http:
             reporter = StatusReporter(self.manager, registry, gpus)
-            self.http = HttpServer(build_app(self.service, settings.http_max_input_size, registry, reporter),
+            application = build_app(self.service, settings.http_max_input_size, registry, reporter,
+                                    settings.openai_token_ids, settings.cors_allowed_origins)
+            self.http = HttpServer(application,
                                    settings.http_address, settings.http_port, settings.exit_timeout_secs)
         self.metrics_server: HttpServer | None = None
         if registry is not None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import uvloop
 
 from kserve_v2 import __version__
-from kserve_v2.settings import Settings
+from kserve_v2.settings import TOKEN_ID_MODES, Settings
 
 ENV_PREFIX = "KSERVE_V2_"
 CONTROL_MODES = ("none", "explicit", "poll")
@@ -91,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
     flag("trace-otlp-endpoint", os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", defaults.trace_otlp_endpoint),
          "OTLP/HTTP traces URL (e.g. http://collector:4318/v1/traces): a span per inference request; "
          "empty: tracing off (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is honoured too)")
+    flag("openai-token-ids", defaults.openai_token_ids,
+         "how /v1/embeddings reads token-id input: 'tiktoken' (cl100k_base ids, as LangChain sends them) or "
+         "'model' (the model tokenizer's own ids)", choices=TOKEN_ID_MODES)
+    flag("cors-allowed-origins", "", "origins browsers may call the HTTP API from, ','-separated ('*': any); "
+         "empty: no CORS headers, preflights refused (the default)")
     flag("server-name", defaults.server_name, "name in ServerMetadata; use 'triton' for clients that check it")
     flag("model-control-mode", defaults.model_control_mode,
          "'none': load every model at start, load/unload RPCs answer UNAVAILABLE; 'explicit': load the "
@@ -150,8 +155,13 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         parser.error("--repository-poll-secs must be > 0")
     if args.http_max_input_size <= 0:
         parser.error("--http-max-input-size must be > 0")
-    values = {k: v for k, v in vars(args).items() if k not in ("command", "model_repository", "load_model")}
-    return Settings(model_repositories=tuple(repositories), load_models=tuple(args.load_model or ()), **values)
+    if args.openai_token_ids not in TOKEN_ID_MODES:
+        parser.error(f"--openai-token-ids must be one of {TOKEN_ID_MODES}, got '{args.openai_token_ids}'")
+    origins = tuple(o.strip() for o in args.cors_allowed_origins.split(",") if o.strip())
+    skip = ("command", "model_repository", "load_model", "cors_allowed_origins")
+    values = {k: v for k, v in vars(args).items() if k not in skip}
+    return Settings(model_repositories=tuple(repositories), load_models=tuple(args.load_model or ()),
+                    cors_allowed_origins=origins, **values)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

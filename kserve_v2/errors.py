@@ -55,6 +55,11 @@ class Unavailable(ServerError):
     code = ErrorCode.UNAVAILABLE
 
 
+class NotLoaded(Unavailable):
+    """A model in the repository with no READY version, asked for by a semantic route (UNAVAILABLE /
+    503 with Retry-After; SIE's MODEL_NOT_LOADED)."""
+
+
 class Overloaded(Unavailable):
     """A full request queue (UNAVAILABLE / 503 with Retry-After; SIE's QUEUE_FULL)."""
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from kserve_v2 import __version__
 from kserve_v2._proto import grpc_service_pb2 as pb
+from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, NotFound, ServerError, Unavailable, Unsupported
 from kserve_v2.inference import decode_request, encode_response
 from kserve_v2.metrics import ENDPOINT, InferenceMetrics
@@ -90,6 +91,11 @@ class InferenceService:
     def has_model(self, name: str) -> bool:
         """Whether ``name`` is a model this server has a record of (loaded, loading, failed or unloaded)."""
         return self._manager.knows(name)
+
+    def stored_config(self, name: str) -> mc.ModelConfig | None:
+        """A repository model's configuration whether or not it is loaded (see
+        ``ModelManager.stored_config``); None when the repository has no such model."""
+        return self._manager.stored_config(name)
 
     def server_live(self, _: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)

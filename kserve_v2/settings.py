@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+# how /v1/embeddings reads token-id input (transcoding.token_ids)
+TOKEN_ID_MODES = ("tiktoken", "model")
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -34,6 +37,8 @@ class Settings:
     log_verbose: int = 0
     log_format: str = "text"
     trace_otlp_endpoint: str = ""
+    openai_token_ids: str = "tiktoken"
+    cors_allowed_origins: tuple[str, ...] = ()
     grpc_keepalive_time: int = 7_200_000
     grpc_keepalive_timeout: int = 20_000
     grpc_keepalive_permit_without_calls: bool = False

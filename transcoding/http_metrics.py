@@ -2,15 +2,18 @@
 
 ``http_requests_total`` and ``http_request_duration_seconds`` by method, path, model and
 status; ``http_requests_in_flight`` and ``http_request_body_bytes`` by method, path and model.
-``path`` is the matched route pattern (``/v2/models/{model}/infer``), never the concrete URI;
-unmatched requests are ``<unmatched>``; ``model`` is the path's model when the server knows it,
-``unknown`` for any other name (so clients cannot grow label cardinality), or ``none``. Health,
+``path`` is the matched route template as users write it (``/v1/encode/{model}``, converters
+dropped), never the concrete URI; unmatched requests are ``<unmatched>``; ``model`` is the model
+the route resolved (an alias or a body's ``model`` becomes its repository name; the in-flight gauge
+keeps the path's), else the path's model when the server knows it, ``unknown`` for any other name
+(so clients cannot grow label cardinality), or ``none``. Health,
 metrics and docs requests and CORS preflights are not counted. A pure ASGI middleware.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections.abc import Callable, Sequence
 
@@ -20,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 EXCLUDED_PREFIXES = ("/v2/health/", "/metrics", "/docs", "/api-doc/", "/status", "/ws/")
 EXCLUDED_PATHS = frozenset({"/"})
+_CONVERTER = re.compile(r"\{(\w+):\w+\}")  # "{model:path}" -> "{model}": the template users see
 BODY_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 
 
@@ -60,7 +64,8 @@ class HttpMetricsMiddleware:
         for route in self._routes:
             match, child = route.matches(scope)
             if match is not Match.NONE:
-                return getattr(route, "path", "<unmatched>"), child.get("path_params", {}).get("model", "none")
+                template = _CONVERTER.sub(r"{\1}", getattr(route, "path", "<unmatched>"))
+                return template, child.get("path_params", {}).get("model", "none")
         return "<unmatched>", "none"
 
     def _completed(self, labels: tuple[str, ...]) -> tuple[Counter, Histogram]:
@@ -80,9 +85,7 @@ class HttpMetricsMiddleware:
         if model != "none" and not self._is_known_model(model):
             model = "unknown"
         labels = (scope["method"], pattern, model)
-        length = dict(scope.get("headers", [])).get(b"content-length", b"")
-        if length.isdigit():
-            self._metrics.body.labels(*labels).observe(int(length))
+        state = scope.setdefault("state", {})  # a route that resolves its model sets request.state.model
         status = ["500"]
 
         async def send_status(message: Message) -> None:
@@ -97,6 +100,11 @@ class HttpMetricsMiddleware:
             await self.app(scope, receive, send_status)
         finally:
             in_flight.dec()
+            if state.get("model"):
+                labels = (scope["method"], pattern, state["model"])
+            length = dict(scope.get("headers", [])).get(b"content-length", b"")
+            if length.isdigit():
+                self._metrics.body.labels(*labels).observe(int(length))
             requests, duration = self._completed(labels + (status[0],))
             requests.inc()
             duration.observe(time.perf_counter() - started)

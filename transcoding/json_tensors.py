@@ -119,8 +119,8 @@ def render_infer_response(response: pb.ModelInferResponse, parsed: HttpInfer) ->
     outputs, blobs = [], []
     for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=True):
         entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
-        if "shared_memory_region" in tensor.parameters:  # written into the client's region: no data here
-            entry["parameters"] = {k: getattr(v, v.WhichOneof("parameter_choice")) for k, v in tensor.parameters.items()}
+        if "shared_memory_region" in tensor.parameters:
+            pass  # written into the client's region: named only, no data and no parameters, as Triton answers
         elif parsed.all_binary or tensor.name in parsed.binary_outputs:
             entry["parameters"] = {"binary_data_size": len(raw)}
             blobs.append(raw)

@@ -10,13 +10,16 @@ from __future__ import annotations
 import base64
 import binascii
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import swagger_ui_bundle
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -32,13 +35,16 @@ from transcoding.http_metrics import HttpMetrics, HttpMetricsMiddleware
 from transcoding.http_status import error_response
 from transcoding.json_pb import message_to_json
 from transcoding.json_tensors import load_json, parse_infer_request, raw_binary_request, render_infer_response
-from transcoding.openai_embeddings import embeddings_route
+from transcoding.openai_embeddings import openai_routes
 from transcoding.openapi import openapi_document
 from transcoding.sie import sie_routes
 from transcoding.status_page import status_page, status_socket
 from transcoding.timing import timing_headers
 
 HEADER_LENGTH = "inference-header-content-length"
+# response headers a browser script may read under CORS
+EXPOSED_HEADERS = (HEADER_LENGTH, "X-Trace-ID", "X-Total-Time", "X-Queue-Time", "X-Tokenization-Time",
+                   "X-Inference-Time", "X-Postprocessing-Time", "Retry-After")
 # Swagger UI from the swagger-ui-bundle package's files: the page works with no network.
 DOCS_PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>kserve_v2 REST API</title>
@@ -51,7 +57,8 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def build_app(service: InferenceService, max_input_bytes: int, registry: CollectorRegistry | None = None,
-              reporter: StatusReporter | None = None) -> ASGIApp:
+              reporter: StatusReporter | None = None, token_ids: str = "tiktoken",
+              cors_origins: Sequence[str] = ()) -> ASGIApp:
     """The ASGI application of every V2 route.
 
     Args:
@@ -60,6 +67,9 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         registry: the Prometheus registry to serve at /metrics and to record HTTP metrics in;
             None when metrics are off.
         reporter: the status object for /ws/status and the /status page (None: neither route).
+        token_ids: how /v1/embeddings reads token-id input (``transcoding.token_ids``).
+        cors_origins: origins allowed to call from a browser (Fetch standard CORS, answered by
+            Starlette's ``CORSMiddleware``; ``*`` any); empty: no CORS headers and preflights get 405.
     """
 
     def route(handler: Callable[[Request], Awaitable[Response]]) -> Handler:
@@ -203,7 +213,7 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
             Route(prefix + "/infer", route(infer), methods=["POST"]),
         ]
 
-    routes += [*sie_routes(service, max_input_bytes), embeddings_route(service, max_input_bytes)]
+    routes += [*sie_routes(service, max_input_bytes), *openai_routes(service, max_input_bytes, token_ids)]
     if registry is not None:
         routes.append(Route("/metrics", metrics_endpoint(registry), methods=["GET"]))
     if reporter is not None:
@@ -213,17 +223,22 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         assert isinstance(exc, HTTPException)
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
-    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+    middleware = [Middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"],
+                             expose_headers=list(EXPOSED_HEADERS))] if cors_origins else []
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error}, middleware=middleware)
     if registry is None:
         return app
     return HttpMetricsMiddleware(app, HttpMetrics(registry), app.routes, lambda name: service.has_model(name))
 
 
 def metrics_endpoint(registry: CollectorRegistry) -> Handler:
-    """GET /metrics: the registry in Prometheus text format (prometheus-client's exposition)."""
+    """GET /metrics: the registry in OpenMetrics when ``Accept`` asks for
+    ``application/openmetrics-text``, else in the Prometheus text format (prometheus-client's own
+    content negotiation, ``choose_encoder``)."""
 
-    async def metrics(_: Request) -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    async def metrics(request: Request) -> Response:
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encoder(registry), headers={"Content-Type": content_type})
 
     return metrics
 

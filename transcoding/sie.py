@@ -22,16 +22,19 @@ from starlette.routing import Route
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.datatypes import BY_V2, BYTES
-from kserve_v2.errors import InvalidInput, NotFound, ServerError, Unavailable
+from kserve_v2.errors import InvalidInput, NotFound, NotLoaded, ServerError
 from kserve_v2.service import InferenceService, RequestReport
 from kserve_v2.tensors import from_raw, pack_bytes
 from transcoding import sie_schema
 from transcoding.sie_codec import error_response, read_request, render
-from transcoding.timing import timing_headers
+from transcoding.timing import response_headers, timing_body, trace_id
 
 # SIE output type -> the output tensor that carries it
 CAPABILITIES = {"dense": "dense", "sparse": "sparse_values", "multivector": "multivector", "score": "scores",
                 "entities": "entities"}
+# a text backend (config.pbtxt) -> the SIE outputs it offers, for models that are not loaded
+BACKEND_OUTPUTS = {"text_embedding": ("dense", "score"), "text_sparse": ("sparse", "score"), "text_rerank": ("score",),
+                   "text_extraction": ("entities",)}
 # output_dtype -> the dense output tensor of that precision
 DENSE_OUTPUTS = {"float32": "dense", "float16": "dense_fp16", "int8": "dense_int8", "binary": "dense_binary"}
 Handler = Callable[[Request], Awaitable[Response]]
@@ -44,33 +47,69 @@ class TextModels:
         self.service = service
 
     def resolve(self, name: str) -> str:
-        """The repository name of ``name`` (itself, or the model whose ``alias`` parameter it is).
+        """The repository name of ``name`` (itself, or the model whose ``alias`` parameter it is),
+        loaded or not.
 
         Raises:
             NotFound: no such model -> 404 MODEL_NOT_FOUND.
         """
-        if self.service.has_model(name):
+        if self.service.has_model(name) or self.service.stored_config(name) is not None:
             return name
-        for row in self.service.repository_index(pb.RepositoryIndexRequest(ready=True)).models:
-            config = self.service.model_config(pb.ModelConfigRequest(name=row.name)).config
-            if "alias" in config.parameters and config.parameters["alias"].string_value == name:
-                return row.name
+        for model in self.names():
+            config = self.service.stored_config(model)
+            if config is not None and "alias" in config.parameters and config.parameters["alias"].string_value == name:
+                return model
         raise NotFound(f"Model '{name}' not found")
+
+    def names(self) -> list[str]:
+        """Every model of the repository (loaded or not), by name."""
+        return list(dict.fromkeys(row.name for row in self.service.repository_index(pb.RepositoryIndexRequest()).models))
 
     def interface(self, name: str) -> pb.ModelMetadataResponse:
         """The model's V2 interface.
 
         Raises:
-            Unavailable: a repository model with no READY version (unloaded, loading, failed) ->
-                503 MODEL_NOT_LOADED, SIE's answer (V2 says NOT_FOUND, as Triton does).
+            NotLoaded: a repository model with no READY version (unloaded, loading, failed) ->
+                503 MODEL_NOT_LOADED with Retry-After, SIE's answer (V2 says NOT_FOUND, as Triton does).
             NotFound: no such model -> 404 MODEL_NOT_FOUND.
         """
         try:
             return self.service.model_metadata(pb.ModelMetadataRequest(name=name))
         except NotFound as err:
-            if self.service.has_model(name):
-                raise Unavailable(f"Model '{name}' is not loaded: {err}") from None
+            if self.service.has_model(name) or self.service.stored_config(name) is not None:
+                raise NotLoaded(f"Model '{name}' is not loaded: {err}") from None
             raise
+
+    def info(self, name: str) -> dict[str, Any] | None:
+        """SIE's ModelInfo of a text model, loaded or not (``loaded``); None for other models.
+
+        A loaded model's outputs and dims come from its V2 interface; an unloaded one's outputs
+        from its backend, with no dims (SIE's listing shows ``dims: {}`` for such models).
+        """
+        config = self.service.stored_config(name)
+        try:
+            metadata: pb.ModelMetadataResponse | None = self.service.model_metadata(pb.ModelMetadataRequest(name=name))
+        except ServerError:
+            metadata = None
+        if metadata is not None:
+            offered = capabilities(metadata)
+            widths = {o.name: int(o.shape[-1]) for o in metadata.outputs}
+            dims = {kind: widths[kind] for kind in ("dense", "multivector") if kind in offered}
+        elif config is not None and config.backend in BACKEND_OUTPUTS:
+            offered, dims = list(BACKEND_OUTPUTS[config.backend]), {}
+        else:
+            return None
+        if not offered:
+            return None
+        parameters = {key: value.string_value for key, value in config.parameters.items()} if config else {}
+        if "sparse" in offered and metadata is not None:
+            dims["sparse"] = int(parameters.get("vocab_size", "0"))
+        info: dict[str, Any] = {"name": name, "inputs": ["text"], "outputs": offered, "dims": dims,
+                                "loaded": metadata is not None,
+                                "max_sequence_length": int(parameters.get("max_sequence_length", "0")), "profiles": {}}
+        if "alias" in parameters:
+            info["aliases"] = [parameters["alias"]]
+        return info
 
     def require(self, name: str, capability: str) -> pb.ModelMetadataResponse:
         """The interface, checked to offer ``capability`` (a key of ``CAPABILITIES``).
@@ -120,18 +159,23 @@ def sie_routes(service: InferenceService, max_bytes: int) -> list[Route]:
             try:
                 return await handler(request, state)
             except Exception as err:  # noqa: BLE001 - every failure becomes SIE's envelope
-                return error_response(request, err, state.get("model", name))
+                response = error_response(request, err, state.get("model", name))
+                response.headers["X-Trace-ID"] = trace_id(request.headers)
+                return response
         return endpoint
 
-    def answer(request: Request, state: dict[str, Any], content: Any, report: RequestReport) -> Response:
-        headers = timing_headers(report, time.perf_counter_ns() - state["received"])
-        if report.trace_id:
-            headers["X-Trace-ID"] = report.trace_id
-        return render(request, content, headers=headers)
+    def answer(request: Request, state: dict[str, Any], content: dict[str, Any], report: RequestReport) -> Response:
+        total = time.perf_counter_ns() - state["received"]
+        content["timing"] = timing_body(report, total)
+        return render(request, content, headers=response_headers(request.headers, report, total))
+
+    def resolve(request: Request, state: dict[str, Any]) -> str:
+        name = state["model"] = request.state.model = models.resolve(request.path_params["model"])
+        return name
 
     async def encode(request: Request, state: dict[str, Any]) -> Response:
         body = await read_request(request, sie_schema.ENCODE, max_bytes)
-        name = state["model"] = models.resolve(request.path_params["model"])
+        name = resolve(request, state)
         params = body.get("params") or {}
         kinds = list(dict.fromkeys(params.get("output_types") or ["dense"]))
         dtype = params.get("output_dtype", "float32")
@@ -147,7 +191,7 @@ def sie_routes(service: InferenceService, max_bytes: int) -> list[Route]:
         wanted = [t for kind in kinds for t in tensors[kind]]
         items = body["items"]
         arrays, report = await models.infer(request, "encode", name, {"text": _texts(items)}, wanted,
-                                            _parameters(params.get("instruction"), params.get("options")))
+                                            _parameters(name, params.get("instruction"), params.get("options")))
         dims = {o.name: o.shape[-1] for o in metadata.outputs}
         results = [_echo_id(item, i, default=False) for i, item in enumerate(items)]
         if "dense" in kinds:
@@ -170,12 +214,12 @@ def sie_routes(service: InferenceService, max_bytes: int) -> list[Route]:
 
     async def score(request: Request, state: dict[str, Any]) -> Response:
         body = await read_request(request, sie_schema.SCORE, max_bytes)
-        name = state["model"] = models.resolve(request.path_params["model"])
+        name = resolve(request, state)
         models.require(name, "score")
         items = body["items"]
         arrays, report = await models.infer(
             request, "score", name, {"query": [body["query"]["text"]], "text": _texts(items)}, ["scores"],
-            _parameters(body.get("instruction"), body.get("options")))
+            _parameters(name, body.get("instruction"), body.get("options")))
         order = sorted(range(len(items)), key=lambda i: -float(arrays["scores"][i]))
         scores = [{"item_id": items[i].get("id"), "score": float(arrays["scores"][i]), "rank": rank}
                   for rank, i in enumerate(order)]
@@ -183,7 +227,7 @@ def sie_routes(service: InferenceService, max_bytes: int) -> list[Route]:
 
     async def extract(request: Request, state: dict[str, Any]) -> Response:
         body = await read_request(request, sie_schema.EXTRACT, max_bytes)
-        name = state["model"] = models.resolve(request.path_params["model"])
+        name = resolve(request, state)
         models.require(name, "entities")
         params = body.get("params") or {}
         if "output_schema" in params:
@@ -194,24 +238,13 @@ def sie_routes(service: InferenceService, max_bytes: int) -> list[Route]:
             if not params["labels"]:
                 raise InvalidInput("params.labels must name at least one entity type when given")
             texts["labels"] = params["labels"]
-        arrays, report = await models.infer(request, "extract", name, texts, ["entities"],
-                                            _parameters(None, params.get("options")))
-        results = [{**_echo_id(item, i, default=True), "entities": json.loads(found)}
+        parameters = _parameters(name, None, params.get("options"))
+        parameters["aggregation_strategy"] = params.get("aggregation_strategy", "simple")
+        arrays, report = await models.infer(request, "extract", name, texts, ["entities"], parameters)
+        results = [{**_echo_id(item, i, default=True), "entities": json.loads(found), "relations": [],
+                    "classifications": []}
                    for i, (item, found) in enumerate(zip(items, arrays["entities"], strict=True))]
         return answer(request, state, {"model": name, "items": results}, report)
-
-    async def list_models(request: Request, _: dict[str, Any]) -> Response:
-        rows = service.repository_index(pb.RepositoryIndexRequest(ready=True)).models
-        infos = [info for info in (_model_info(service, models, row.name) for row in rows) if info is not None]
-        return render(request, {"models": infos})
-
-    async def one_model(request: Request, state: dict[str, Any]) -> Response:
-        name = state["model"] = models.resolve(request.path_params["model"])
-        models.interface(name)  # NotFound / Unavailable (MODEL_NOT_LOADED) surface here
-        info = _model_info(service, models, name)
-        if info is None:
-            raise InvalidInput(f"model '{name}' is not a text model (it has no BYTES 'text' input)")
-        return render(request, info)
 
     async def healthz(_: Request) -> Response:
         return JSONResponse("ok")
@@ -224,8 +257,6 @@ def sie_routes(service: InferenceService, max_bytes: int) -> list[Route]:
         Route("/v1/encode/{model:path}", route(encode), methods=["POST"]),
         Route("/v1/score/{model:path}", route(score), methods=["POST"]),
         Route("/v1/extract/{model:path}", route(extract), methods=["POST"]),
-        Route("/v1/models", route(list_models), methods=["GET"]),
-        Route("/v1/models/{model:path}", route(one_model), methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
     ]
@@ -238,11 +269,22 @@ def _texts(items: list[dict[str, Any]]) -> list[str]:
     return [item["text"] for item in items]
 
 
-def _parameters(instruction: str | None, options: dict[str, Any] | None) -> dict[str, str]:
+def _parameters(name: str, instruction: str | None, options: dict[str, Any] | None) -> dict[str, str]:
+    """The request parameters of SIE's ``instruction`` and ``options``.
+
+    Raises:
+        InvalidInput: ``options.profile`` or ``options.lora``: no served model has profiles or LoRA
+            adapters (its ModelInfo lists ``profiles: {}``) -> 400 INVALID_INPUT.
+    """
     parameters = {}
     if instruction:
         parameters["instruction"] = instruction
-    if options and "overflow_policy" in options:
+    options = options or {}
+    if "profile" in options:
+        raise InvalidInput(f"unknown profile '{options['profile']}' for model '{name}': it has no profiles")
+    if "lora" in options:
+        raise InvalidInput(f"unknown LoRA adapter '{options['lora']}' for model '{name}': it has no LoRA adapters")
+    if "overflow_policy" in options:
         parameters["overflow_policy"] = options["overflow_policy"]
     return parameters
 
@@ -256,25 +298,3 @@ def _echo_id(item: dict[str, Any], index: int, default: bool) -> dict[str, Any]:
 def _config_parameter(service: InferenceService, name: str, key: str) -> str:
     parameters = service.model_config(pb.ModelConfigRequest(name=name)).config.parameters
     return parameters[key].string_value if key in parameters else "0"
-
-
-def _model_info(service: InferenceService, models: TextModels, name: str) -> dict[str, Any] | None:
-    """SIE's ModelInfo of a READY text model; None for other models, or one unloaded meanwhile."""
-    try:
-        metadata = models.interface(name)
-        config = service.model_config(pb.ModelConfigRequest(name=name)).config
-    except ServerError:
-        return None
-    offered = capabilities(metadata)
-    if not offered:
-        return None
-    parameters = {key: value.string_value for key, value in config.parameters.items()}
-    widths = {o.name: int(o.shape[-1]) for o in metadata.outputs}
-    dims = {kind: widths[kind] for kind in ("dense", "multivector") if kind in offered}
-    if "sparse" in offered:
-        dims["sparse"] = int(parameters.get("vocab_size", "0"))
-    info: dict[str, Any] = {"name": name, "inputs": ["text"], "outputs": offered, "dims": dims, "loaded": True,
-                            "max_sequence_length": int(parameters.get("max_sequence_length", "0")), "profiles": {}}
-    if "alias" in parameters:
-        info["aliases"] = [parameters["alias"]]
-    return info

@@ -69,7 +69,7 @@ def wants_json(request: Request) -> bool:
 def render(request: Request, content: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     """``content`` (dicts, lists, numpy arrays) as msgpack or JSON, as negotiated."""
     if wants_json(request):
-        return Response(json.dumps(content, default=_plain), status, headers, "application/json")
+        return Response(json.dumps(content, default=json_default), status, headers, "application/json")
     return Response(msgpack.packb(content, default=msgpack_numpy.encode), status, headers, MSGPACK)
 
 
@@ -88,7 +88,8 @@ def error_response(request: Request, err: BaseException, model: str | None = Non
     return render(request, {"detail": detail}, status, error_headers(err))
 
 
-def _plain(value: Any) -> Any:
+def json_default(value: Any) -> Any:
+    """``json.dumps``' ``default``: numpy arrays and scalars as plain lists and numbers."""
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):

@@ -11,6 +11,7 @@ from typing import Any
 OUTPUT_TYPES = ("dense", "sparse", "multivector")
 OUTPUT_DTYPES = ("float32", "float16", "int8", "binary")
 OVERFLOW_POLICIES = ("default", "truncate_text", "error")
+AGGREGATION_STRATEGIES = ("simple", "first", "max", "average", "none")
 MAX_ITEMS = 4096
 
 ITEM: dict[str, Any] = {"type": "object", "required": ["text"], "properties": {
@@ -18,6 +19,8 @@ ITEM: dict[str, Any] = {"type": "object", "required": ["text"], "properties": {
     "text": {"type": "string"},
     "images": {"type": "array", "description": "not supported by text models"}}}
 OPTIONS: dict[str, Any] = {"type": "object", "description": "runtime options", "properties": {
+    "profile": {"type": "string", "description": "rejected with 400 INVALID_INPUT: no served model has profiles"},
+    "lora": {"type": "string", "description": "rejected with 400 INVALID_INPUT: no served model has LoRA adapters"},
     "overflow_policy": {"type": "string", "enum": list(OVERFLOW_POLICIES),
                         "description": "default and truncate_text cut the text at the model's max_sequence_length; "
                                        "error answers INPUT_TOO_LONG"}}}
@@ -37,12 +40,19 @@ EXTRACT: dict[str, Any] = {"type": "object", "required": ["items"], "properties"
     "params": {"type": "object", "properties": {
         "labels": {"type": "array", "items": {"type": "string"}},
         "output_schema": {"type": "object", "description": "not supported by token-classification models"},
+        "aggregation_strategy": {"type": "string", "enum": list(AGGREGATION_STRATEGIES),
+                                 "description": "how token labels merge into entity spans, as token-classification "
+                                                "pipelines do (default simple)"},
         "instruction": {"type": "string"},
         "options": OPTIONS}}}}
+TOKEN_IDS: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}
 EMBEDDINGS: dict[str, Any] = {"type": "object", "required": ["model", "input"], "properties": {
     "model": {"type": "string"},
-    "input": {"oneOf": [{"type": "string"},
-                        {"type": "array", "minItems": 1, "maxItems": MAX_ITEMS, "items": {"type": "string"}}]},
+    "input": {"description": "a string, a list of strings, a list of token ids, or a list of lists of token ids",
+              "oneOf": [{"type": "string"},
+                        {"type": "array", "minItems": 1, "maxItems": MAX_ITEMS, "items": {"type": "string"}},
+                        TOKEN_IDS,
+                        {"type": "array", "minItems": 1, "maxItems": MAX_ITEMS, "items": TOKEN_IDS}]},
     "encoding_format": {"type": "string", "enum": ["float", "base64"]},
     "dimensions": {"type": "integer", "minimum": 1},
     "user": {"type": "string"}}}

@@ -1,8 +1,17 @@
-"""SIE's timing headers, shared by the V2 and semantic HTTP routes."""
+"""SIE's timing headers and body, and the trace id header, shared by the V2 and semantic HTTP routes."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.trace import INVALID_TRACE_ID, get_current_span
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
 from kserve_v2.service import RequestReport
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+_IDS = RandomIdGenerator()
 
 
 def timing_headers(timing: RequestReport, total_ns: int) -> dict[str, str]:
@@ -15,3 +24,29 @@ def timing_headers(timing: RequestReport, total_ns: int) -> dict[str, str]:
     if timing.compute_output_ns > 0:
         headers["X-Postprocessing-Time"] = f"{timing.compute_output_ns / 1e6:.3f}"
     return headers
+
+
+def timing_body(timing: RequestReport, total_ns: int) -> dict[str, float]:
+    """SIE's ``timing`` (TimingInfo) of a response body: the timing headers' phases, in ms, under
+    the headers' names (``total_ms``, ``queue_ms``, ``tokenization_ms``, ``inference_ms``,
+    ``postprocessing_ms``)."""
+    return {"total_ms": round(total_ns / 1e6, 3), "queue_ms": round(timing.queue_ns / 1e6, 3),
+            "tokenization_ms": round(timing.compute_input_ns / 1e6, 3),
+            "inference_ms": round(timing.compute_infer_ns / 1e6, 3),
+            "postprocessing_ms": round(timing.compute_output_ns / 1e6, 3)}
+
+
+def trace_id(headers: Mapping[str, str], report: RequestReport | None = None) -> str:
+    """The ``X-Trace-ID`` of a response (32 hex digits, W3C trace context): the request span's trace
+    when tracing is on, else the caller's ``traceparent`` trace, else a new random id, so every
+    response can be correlated with logs and callers even with tracing off."""
+    if report is not None and report.trace_id:
+        return report.trace_id
+    context = get_current_span(_PROPAGATOR.extract(carrier={k.lower(): v for k, v in headers.items()})).get_span_context()
+    number = context.trace_id if context.trace_id != INVALID_TRACE_ID else _IDS.generate_trace_id()
+    return format(number, "032x")
+
+
+def response_headers(headers: Mapping[str, str], report: RequestReport, total_ns: int) -> dict[str, str]:
+    """The timing headers and ``X-Trace-ID`` of a successful response."""
+    return {**timing_headers(report, total_ns), "X-Trace-ID": trace_id(headers, report)}

@@ -27,6 +27,7 @@ from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.errors import InternalError, InvalidInput, NotFound, ServerError, Unavailable
 from kserve_v2.model import ModelVersion
 from kserve_v2.repository import layout
+from kserve_v2.repository.config import ConfigError, read_config
 from kserve_v2.repository.loader import LoadResult, load_model
 from kserve_v2.repository.overrides import LoadOverrides, write_private_folder
 
@@ -270,6 +271,21 @@ class ModelManager:
     def records(self) -> list[ModelRecord]:
         """Every model the server has loaded or tried to load, by name (no file system access)."""
         return [self._records[name] for name in sorted(self._records)]
+
+    def stored_config(self, name: str) -> mc.ModelConfig | None:
+        """The configuration of a model in the repositories, loaded or not: the completed one of its
+        last load, else its folder's ``config.pbtxt`` as read (no load); None when the name is in no
+        repository or its configuration cannot be read."""
+        record = self._records.get(name)
+        if record is not None and record.config is not None:
+            return record.config
+        dirs = layout.model_dirs(self._repositories).get(name)
+        if not dirs:
+            return None
+        try:
+            return read_config(dirs[0], name)
+        except ConfigError:
+            return None
 
     def knows(self, name: str) -> bool:
         """Whether ``name`` has a record (loaded, loading, failed or unloaded)."""
