@@ -9,8 +9,8 @@ V2 interface (``max_batch_size: 0``):
 Decoding: softmax over each real token's logits (special tokens and padding skipped), then one of
 the aggregation strategies of token-classification pipelines (Hugging Face ``transformers``
 ``TokenClassificationPipeline``), named by the request parameter ``aggregation_strategy``:
-``simple`` (default: every token keeps its own best label), ``first`` (a word takes its first
-token's label), ``max`` (the label of its highest-scoring token), ``average`` (the best label of
+``simple`` (every token keeps its own best label), ``first`` (the default: a word takes its first
+token's label, so an e-mail address the model tags piece by piece stays one span), ``max`` (the label of its highest-scoring token), ``average`` (the best label of
 its tokens' mean probabilities) - a word is what the tokenizer's pre-tokenizer splits - or
 ``none`` (every token its own entity, no merging). Units (tokens, or words) whose label is ``O`` or
 whose score is under the threshold end the open span; a unit of type X joins an open X span when
@@ -64,7 +64,7 @@ class ExtractionAdapter(TextAdapter):
         threshold = parameters.get("threshold", self._threshold)
         if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 <= threshold <= 1:
             raise InvalidInput("parameter 'threshold' must be a number between 0 and 1")
-        strategy = string_parameter(parameters, "aggregation_strategy", "simple")
+        strategy = string_parameter(parameters, "aggregation_strategy", "first")
         if strategy not in AGGREGATION_STRATEGIES:
             raise InvalidInput(f"unknown aggregation_strategy '{strategy}': use one of {list(AGGREGATION_STRATEGIES)}")
         batch = self.encode(items, parameters)

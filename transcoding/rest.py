@@ -176,6 +176,10 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         service.system_shared_memory_unregister(pb.SystemSharedMemoryUnregisterRequest(name=name))
         return JSONResponse({})
 
+    async def cuda_shm_unregister(request: Request) -> Response:
+        service.cuda_shared_memory_unregister(request.path_params.get("region", ""))  # as gRPC: all -> {}, named -> 501
+        return JSONResponse({})
+
     document = openapi_document(metrics=registry is not None, status=reporter is not None)
 
     async def docs(_: Request) -> Response:
@@ -200,6 +204,9 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         Route("/v2/systemsharedmemory/region/{region}/register", route(shm_register), methods=["POST"]),
         Route("/v2/systemsharedmemory/unregister", route(shm_unregister), methods=["POST"]),
         Route("/v2/systemsharedmemory/region/{region}/unregister", route(shm_unregister), methods=["POST"]),
+        # perf_analyzer's and tritonclient's unregister-all also clears CUDA regions (none exist here)
+        Route("/v2/cudasharedmemory/unregister", route(cuda_shm_unregister), methods=["POST"]),
+        Route("/v2/cudasharedmemory/region/{region}/unregister", route(cuda_shm_unregister), methods=["POST"]),
         Route("/docs", docs, methods=["GET"]),
         Route("/api-doc/openapi.json", openapi, methods=["GET"]),
         Mount("/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets"),

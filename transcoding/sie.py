@@ -239,7 +239,8 @@ def sie_routes(service: InferenceService, max_bytes: int) -> list[Route]:
                 raise InvalidInput("params.labels must name at least one entity type when given")
             texts["labels"] = params["labels"]
         parameters = _parameters(name, None, params.get("options"))
-        parameters["aggregation_strategy"] = params.get("aggregation_strategy", "simple")
+        if "aggregation_strategy" in params:
+            parameters["aggregation_strategy"] = params["aggregation_strategy"]
         arrays, report = await models.infer(request, "extract", name, texts, ["entities"], parameters)
         results = [{**_echo_id(item, i, default=True), "entities": json.loads(found), "relations": [],
                     "classifications": []}

@@ -42,7 +42,7 @@ EXTRACT: dict[str, Any] = {"type": "object", "required": ["items"], "properties"
         "output_schema": {"type": "object", "description": "not supported by token-classification models"},
         "aggregation_strategy": {"type": "string", "enum": list(AGGREGATION_STRATEGIES),
                                  "description": "how token labels merge into entity spans, as token-classification "
-                                                "pipelines do (default simple)"},
+                                                "pipelines do (default first)"},
         "instruction": {"type": "string"},
         "options": OPTIONS}}}}
 TOKEN_IDS: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}
