@@ -49,9 +49,10 @@ def openai_routes(service: InferenceService, max_bytes: int, token_ids: str = "t
         raise ValueError(f"token_ids must be one of {TOKEN_ID_MODES}, got '{token_ids}'")
     models = TextModels(service)
     started = int(time.time())
-    owner = service.server_metadata(pb.ServerMetadataRequest()).name
 
     def card(info: dict[str, Any]) -> dict[str, Any]:
+        """OpenAI's Model object: ``created`` is when the server started, ``owned_by`` its name."""
+        owner = service.server_metadata(pb.ServerMetadataRequest()).name
         return {"id": info["name"], "object": "model", "created": started, "owned_by": owner}
 
     async def embeddings(request: Request) -> Response:

@@ -76,10 +76,24 @@ def _sie_errors(*codes: int) -> dict[str, Any]:
     return {str(code): _negotiated({"$ref": "#/components/schemas/SieError"}, text[code]) for code in codes}
 
 
+def _openai(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
+    """An OpenAI-route answer: JSON by default, msgpack with ``Accept: application/msgpack``."""
+    return {"description": description, "content": {"application/json": {"schema": schema},
+                                                    "application/msgpack": {"schema": schema}}}
+
+
+def _openai_errors(*codes: int) -> dict[str, Any]:
+    text = {400: "invalid_request_error (context_length_exceeded for an over-long input)",
+            404: "invalid_request_error, code model_not_found", 413: "request over --http-max-input-size",
+            500: "server_error", 503: "server_error: model not loaded or a full queue (with Retry-After)"}
+    return {str(code): _openai({"$ref": "#/components/schemas/OpenAIError"}, text[code]) for code in codes}
+
+
 def _semantic_routes() -> dict[str, Any]:
     model = [{"name": "model", "in": "path", "required": True, "description": "repository name or alias (may hold a slash)",
               "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-][A-Za-z0-9_.-]*(/[A-Za-z0-9_-][A-Za-z0-9_.-]*)?$"}}]
     errors = _sie_errors(400, 404, 413, 500, 503)
+    openai_errors = _openai_errors(400, 404, 413, 500, 503)
     obj = {"type": "object"}
 
     def post(summary: str, schema: dict[str, Any], parameters: list[dict[str, Any]]) -> dict[str, Any]:
@@ -92,10 +106,14 @@ def _semantic_routes() -> dict[str, Any]:
         "/v1/encode/{model}": post("Dense, sparse or multivector embeddings of text items", sie_schema.ENCODE, model),
         "/v1/score/{model}": post("Score items against a query, sorted, with rank", sie_schema.SCORE, model),
         "/v1/extract/{model}": post("Entities (character spans) in text items", sie_schema.EXTRACT, model),
-        "/v1/embeddings": post("OpenAI-compatible embeddings", sie_schema.EMBEDDINGS, []),
-        "/v1/models": {"get": {"summary": "Text models and what they produce", "responses": {"200": _negotiated(obj)}}},
-        "/v1/models/{model}": {"get": {"summary": "One text model", "parameters": model, "responses": {
-            "200": _negotiated(obj), **_sie_errors(400, 404, 503)}}},
+        "/v1/embeddings": {"post": {
+            "summary": "OpenAI-compatible embeddings (input: string, strings, token ids, or lists of token ids)",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": sie_schema.EMBEDDINGS}}},
+            "responses": {"200": _openai(obj), **openai_errors}}},
+        "/v1/models": {"get": {"summary": "Text models, loaded or not: OpenAI's list (object, data) and SIE's (models)",
+                               "responses": {"200": _openai(obj), **_openai_errors(500)}}},
+        "/v1/models/{model}": {"get": {"summary": "One text model: OpenAI's Model beside SIE's ModelInfo",
+                                       "parameters": model, "responses": {"200": _openai(obj), **_openai_errors(404, 500)}}},
         "/healthz": {"get": {"summary": "Liveness (SIE)", "responses": text}},
         "/readyz": {"get": {"summary": "Readiness (SIE)", "responses": {
             **text, "503": {"description": "not ready", "content": {"application/json": {"schema": {"type": "string"}}}}}}},
@@ -113,6 +131,10 @@ def _schemas() -> dict[str, Any]:
     duration = {"type": "object", "properties": {"count": {"type": "integer"}, "ns": {"type": "integer"}}}
     return {
         "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+        "OpenAIError": {"type": "object", "required": ["error"], "properties": {"error": {
+            "type": "object", "required": ["message", "type", "param", "code"], "properties": {
+                "message": {"type": "string"}, "type": {"type": "string"},
+                "param": {"type": "string", "nullable": True}, "code": {"type": "string", "nullable": True}}}}},
         "SieError": {"type": "object", "required": ["detail"], "properties": {"detail": {
             "type": "object", "required": ["code", "message"], "properties": {
                 "code": {"type": "string"}, "message": {"type": "string"}, "model": {"type": "string"}}}}},
@@ -182,6 +204,10 @@ def openapi_document(metrics: bool, status: bool) -> dict[str, Any]:
     paths["/v2/systemsharedmemory/region/{region}/status"] = {"get": {**status, "parameters": region}}
     paths["/v2/systemsharedmemory/unregister"] = {"post": unregister}
     paths["/v2/systemsharedmemory/region/{region}/unregister"] = {"post": {**unregister, "parameters": region}}
+    cuda = {"summary": "Unregister CUDA shared memory: all regions answers {} (none can exist here), one region 501",
+            "responses": {"200": _json({"type": "object"}), **_errors(501)}}
+    paths["/v2/cudasharedmemory/unregister"] = {"post": cuda}
+    paths["/v2/cudasharedmemory/region/{region}/unregister"] = {"post": {**cuda, "parameters": region}}
     paths["/v2/systemsharedmemory/region/{region}/register"] = {"post": {
         "summary": "Register byte_size bytes of the POSIX shared memory object key from offset (--allow-client-shm)",
         "parameters": region, "requestBody": {"required": True, "content": {"application/json": {"schema": {
@@ -190,8 +216,10 @@ def openapi_document(metrics: bool, status: bool) -> dict[str, Any]:
                 "byte_size": {"type": "integer", "minimum": 0}}}}}},
         "responses": {"200": _json({"type": "object"}), **_errors(400, 413)}}}
     if metrics:
-        paths["/metrics"] = {"get": {"summary": "Prometheus metrics (text format)", "responses": {
-            "200": {"description": "metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}}
+        paths["/metrics"] = {"get": {"summary": "Prometheus metrics: OpenMetrics when Accept asks for "
+                                                "application/openmetrics-text, else the text format", "responses": {
+            "200": {"description": "metrics", "content": {"text/plain": {"schema": {"type": "string"}},
+                                                          "application/openmetrics-text": {"schema": {"type": "string"}}}}}}}
     if status:
         paths["/status"] = {"get": {"summary": "Live status page (models, requests/s, latency; draws /ws/status, "
                                                "a WebSocket sending the status object every 200 ms)", "responses": {
