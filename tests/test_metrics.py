@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
@@ -106,6 +108,54 @@ def test_http_metrics_use_route_patterns_and_skip_health(server) -> None:
     paths = {dict(labels)["path"] for (name, labels) in after if name.startswith("http_") and "path" in dict(labels)}
     assert pattern in paths and "/v2/models/simple/infer" not in paths  # patterns, never concrete URIs
     assert not any("health" in p or "metrics" in p or "docs" in p for p in paths), paths
+
+
+# Triton's names, kept on purpose so Triton dashboards work (README, Metrics): promtool flags the
+# abbreviated unit "us" and the "_count" suffix on families that are not histograms or summaries.
+TRITON_NAMES = {"nv_inference_count", "nv_inference_exec_count", "nv_inference_pending_request_count",
+                "nv_inference_request_duration_us", "nv_inference_queue_duration_us",
+                "nv_inference_compute_input_duration_us", "nv_inference_compute_infer_duration_us",
+                "nv_inference_compute_output_duration_us"}
+ABBREVIATED_UNITS = {"s", "ms", "us", "ns", "sec", "b", "kb", "mb", "gb", "tb", "pb", "m", "h", "d"}
+
+
+def lint(text: str) -> list[str]:
+    """What ``promtool check metrics`` (client_golang's promlint) reports for a text exposition."""
+    problems = []
+    helps = set(re.findall(r"^# HELP (\S+) \S", text, re.MULTILINE))
+    for name, kind in re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE):
+        if name not in helps:
+            problems.append(f"{name}: no help text")
+        if kind == "counter" and not name.endswith("_total"):
+            problems.append(f"{name}: counter metrics should have \"_total\" suffix")
+        if kind not in ("histogram", "summary") and name.endswith(("_count", "_sum", "_bucket")):
+            problems.append(f"{name}: non-histogram and non-summary metrics should not have a {name.rsplit('_', 1)[1]} suffix")
+        if ABBREVIATED_UNITS & set(name.split("_")):
+            problems.append(f"{name}: metric names should not contain abbreviated units")
+        if re.search(r"[A-Z]", name) or ":" in name:
+            problems.append(f"{name}: metric names should be snake_case, without colons")
+        if kind == "gauge" and name.endswith("_total"):
+            problems.append(f"{name}: non-counter metrics should not have \"_total\" suffix")
+    return problems
+
+
+def test_openmetrics_when_asked_and_promtool_clean(server) -> None:
+    urllib.request.urlopen(urllib.request.Request(f"http://{server.http_url}/v2/models/simple/infer", data=json.dumps(
+        {"inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "data": [1] * 16} for n in ("INPUT0", "INPUT1")]}
+    ).encode()), timeout=10).read()
+    request = urllib.request.Request(f"http://{server.http_url}/metrics",
+                                     headers={"Accept": "application/openmetrics-text; version=1.0.0,text/plain;q=0.5"})
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        assert reply.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+        text = reply.read().decode()
+    families = {f.name: f for f in openmetrics_families(text)}  # prometheus-client's OpenMetrics parser
+    assert families["http_requests"].type == "counter" and families["nv_inference_request_latency_seconds"].type == "histogram"
+    assert text.endswith("# EOF\n") and "_created" not in text
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as reply:  # no Accept
+        plain = reply.read().decode()
+    assert "_created" not in plain and "# EOF" not in plain
+    problems = lint(plain)
+    assert {p.split(":")[0] for p in problems} == TRITON_NAMES, problems
 
 
 def test_metrics_can_be_turned_off(tmp_path) -> None:
