@@ -11,7 +11,9 @@ V2 interface (``max_batch_size: 0``):
 Config parameters: ``pooling`` ``mean`` (masked mean of per-token states, sentence-transformers'
 default), ``cls`` (first token), or ``none`` (the graph's own 2-D output); ``normalize``
 (``true``: L2-normalise dense vectors and multivector rows). Request parameter ``instruction``
-prefixes the query when one is sent, otherwise every text (SIE's query instruction).
+prefixes the query when one is sent, otherwise every text (SIE's query instruction); request
+parameter ``token_ids`` = ``model`` reads each ``text`` item as a JSON array of the tokenizer's
+own ids (``TextAdapter.item_texts``; OpenAI's token-array input).
 """
 
 from __future__ import annotations
