@@ -1,4 +1,4 @@
-"""The semantic endpoints of ``sie-http-api.txt``: encode, score, extract, models, health.
+"""The semantic endpoints of ``sie-http-api.txt``: encode, score, extract, health; ``TextModels``.
 
 Each route turns its body into a ``ModelInferRequest`` with BYTES text inputs, calls the same
 ``InferenceService.model_infer_reported`` as gRPC, and reshapes the output tensors into SIE's
@@ -6,6 +6,8 @@ response. No inference happens here: the text models are repository models (``ad
 whose V2 interface names what they can do (``dense``, ``sparse_values``, ``multivector``,
 ``scores``, ``entities`` outputs). A model is addressed by its repository name, or by the
 ``alias`` parameter of its config (``sentence-transformers/all-MiniLM-L6-v2``; a slash is fine).
+Every body carries SIE's ``timing`` and every answer ``X-Trace-ID`` (``transcoding.timing``).
+``/v1/models`` lives with the OpenAI routes (``openai_embeddings``), which answer both shapes.
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ def capabilities(metadata: pb.ModelMetadataResponse) -> list[str]:
 
 
 def sie_routes(service: InferenceService, max_bytes: int) -> list[Route]:
-    """The routes of the SIE HTTP API (the OpenAI route is in ``openai_embeddings``)."""
+    """The routes of the SIE HTTP API (``/v1/embeddings`` and ``/v1/models`` are in ``openai_embeddings``)."""
     models = TextModels(service)
 
     def route(handler: Callable[[Request, dict[str, Any]], Awaitable[Response]]) -> Handler:

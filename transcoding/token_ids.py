@@ -36,22 +36,17 @@ def cl100k_base() -> tiktoken.Encoding:
 
 
 def input_items(value: str | list[Any]) -> tuple[list[str], bool]:
-    """The items of ``input`` and whether they are token ids.
+    """The items of an ``input`` that passed the ``EMBEDDINGS`` schema (no empty lists), and
+    whether they are token ids.
 
     Returns:
         (items, is_ids): texts as given; or, for token ids, each list of ids as a JSON array text.
-
-    Raises:
-        InvalidInput: an empty list of ids -> 400.
     """
     if isinstance(value, str):
         return [value], False
     if all(isinstance(v, str) for v in value):
         return list(value), False
     lists = [value] if all(isinstance(v, int) for v in value) else value
-    for index, ids in enumerate(lists):
-        if not ids:
-            raise InvalidInput(f"input[{index}] is an empty list of token ids")
     return [json.dumps(ids) for ids in lists], True
 
 
