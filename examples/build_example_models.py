@@ -6,6 +6,11 @@ Models (I/O as in Triton's docs/examples, ``shared/spec/triton-protocol-notes.md
   simple_string    the same on decimal strings (BYTES)
   simple_identity  BYTES identity, variable length
   identity_fp32    FP32 identity, variable length (bandwidth benchmarks)
+Sequence models (the server feeds the control inputs START/END/READY/CORRID and the state):
+  simple_sequence              OUTPUT = READY * (INPUT + START); direct strategy
+  simple_dyna_sequence         OUTPUT = READY * (INPUT + START + END * CORRID); oldest strategy, UINT64 CORRID
+  simple_string_dyna_sequence  accumulator with implicit state: OUTPUT = sum of the sequence's INPUTs, plus
+                               int(CORRID) on END; STRING CORRID (decimal ids, as Triton's dyna_sequence backend)
 All have max_batch_size 8. Usage: python examples/build_example_models.py [REPOSITORY]
 """
 
@@ -68,6 +73,84 @@ def _config(name: str, config_type: str, dims: str) -> str:
             f"input [\n{block(inputs)}\n]\noutput [\n{block(outputs)}\n]\n")
 
 
+def sequence_model(corrid: int | None, state: bool) -> onnx.ModelProto:
+    """The sequence examples on INT32 [batch, 1] tensors (see the module docstring).
+
+    ``corrid``: the CORRID input's ONNX type (None: no CORRID, START and READY only);
+    ``state``: the accumulator with implicit state STATE_IN -> STATE_OUT.
+    """
+    one = [None, 1]
+    int32 = TensorProto.INT32
+    if state:
+        nodes = [helper.make_node("Add", ["STATE_IN", "INPUT"], ["STATE_OUT"]),
+                 helper.make_node("Cast", ["CORRID"], ["corrid"], to=int32),
+                 helper.make_node("Mul", ["END", "corrid"], ["on_end"]),
+                 helper.make_node("Add", ["STATE_OUT", "on_end"], ["OUTPUT"])]
+        inputs = [("INPUT", int32, one), ("END", int32, one), ("CORRID", TensorProto.STRING, one),
+                  ("STATE_IN", int32, one)]
+        return _model(nodes, inputs, [("OUTPUT", int32, one), ("STATE_OUT", int32, one)])
+    nodes = [helper.make_node("Add", ["INPUT", "START"], ["started"])]
+    inputs = [("INPUT", int32, one), ("START", int32, one), ("READY", int32, one)]
+    total = "started"
+    if corrid is not None:
+        nodes += [helper.make_node("Cast", ["CORRID"], ["corrid"], to=int32),
+                  helper.make_node("Mul", ["END", "corrid"], ["on_end"]),
+                  helper.make_node("Add", ["started", "on_end"], ["total"])]
+        inputs += [("END", int32, one), ("CORRID", corrid, one)]
+        total = "total"
+    nodes.append(helper.make_node("Mul", ["READY", total], ["OUTPUT"]))
+    return _model(nodes, inputs, [("OUTPUT", int32, one)])
+
+
+def _flag(name: str, kind: str) -> str:
+    return f'  {{\n    name: "{name}"\n    control [ {{ kind: CONTROL_SEQUENCE_{kind} int32_false_true: [ 0, 1 ] }} ]\n  }}'
+
+
+def _corrid(data_type: str) -> str:
+    return f'  {{\n    name: "CORRID"\n    control [ {{ kind: CONTROL_SEQUENCE_CORRID data_type: {data_type} }} ]\n  }}'
+
+
+_STATE = """  state [
+    {
+      input_name: "STATE_IN"
+      output_name: "STATE_OUT"
+      data_type: TYPE_INT32
+      dims: [ 1 ]
+      initial_state { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" }
+    }
+  ]
+"""
+
+
+def _sequence_config(name: str) -> str:
+    """Triton's configurations of the sequence examples (``docs/examples/model_repository``)."""
+    controls, strategy, extra, instances = [_flag("START", "START"), _flag("READY", "READY")], "", "", 1
+    if name == "simple_sequence":
+        strategy = "  max_sequence_idle_microseconds: 5000000\n"
+    else:
+        strategy = ("  max_sequence_idle_microseconds: 10000000\n"
+                    "  oldest { max_candidate_sequences: 1024 max_queue_delay_microseconds: 10000 }\n")
+        instances = 2
+    if name == "simple_dyna_sequence":
+        controls += [_flag("END", "END"), _corrid("TYPE_UINT64")]
+        extra = 'parameters { key: "execute_delay_ms" value { string_value: "3" } }\n'
+    elif name == "simple_string_dyna_sequence":
+        controls = [_flag("END", "END"), _corrid("TYPE_STRING")]
+        strategy += _STATE
+    body = ",\n".join(controls).replace("\n", "\n  ")
+    tensor = '  {{\n    name: "{}"\n    data_type: TYPE_INT32\n    dims: [ 1 ]\n  }}'
+    return (f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+            f"sequence_batching {{\n{strategy}  control_input [\n  {body}\n  ]\n}}\n"
+            f"input [\n{tensor.format('INPUT')}\n]\noutput [\n{tensor.format('OUTPUT')}\n]\n"
+            f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\n{extra}")
+
+
+SEQUENCE_MODELS = {
+    "simple_sequence": lambda: sequence_model(None, state=False),
+    "simple_dyna_sequence": lambda: sequence_model(TensorProto.UINT64, state=False),
+    "simple_string_dyna_sequence": lambda: sequence_model(TensorProto.STRING, state=True),
+}
+
 MODELS = {
     "simple": (lambda: add_sub(TensorProto.INT32, None), "TYPE_INT32", "16"),
     "simple_int8": (lambda: add_sub(TensorProto.INT8, TensorProto.INT32), "TYPE_INT8", "16"),
@@ -84,6 +167,11 @@ def build(repository: Path) -> None:
         (folder / "1").mkdir(parents=True, exist_ok=True)
         onnx.save(make(), folder / "1" / "model.onnx")
         (folder / "config.pbtxt").write_text(_config(name, config_type, dims))
+    for name, make_sequence in SEQUENCE_MODELS.items():
+        folder = repository / name
+        (folder / "1").mkdir(parents=True, exist_ok=True)
+        onnx.save(make_sequence(), folder / "1" / "model.onnx")
+        (folder / "config.pbtxt").write_text(_sequence_config(name))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Executions run on a thread pool sized by the instance group count, so ORT never blocks the
 event loop and at most ``count`` executions of a version run at once. With ``dynamic_batching``
 (and ``max_batch_size > 0``, or a text backend) requests go through the version's
-``DynamicBatcher`` first.
+``DynamicBatcher`` first; with ``sequence_batching``, through its ``SequenceBatcher``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import numpy as np
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import BatchesTexts, Executable, Execution, Parameter
 from kserve_v2.batching import DynamicBatcher, merge_rows, split_rows
+from kserve_v2.sequence import SequenceBatcher
+from kserve_v2.sequence_config import SequenceSettings
 from kserve_v2.spec import ModelSpec
 from kserve_v2.statistics import ModelStats
 
@@ -38,7 +40,8 @@ class ModelVersion:
         inflight: requests currently using this version (unload drains them).
     """
 
-    def __init__(self, name: str, version: int, config: mc.ModelConfig, executable: Executable) -> None:
+    def __init__(self, name: str, version: int, config: mc.ModelConfig, executable: Executable,
+                 sequence: SequenceSettings | None = None) -> None:
         self.name = name
         self.version = version
         self.config = config
@@ -51,7 +54,7 @@ class ModelVersion:
         self.on_gpu = executable.on_cuda
         instances = sum(g.count for g in config.instance_group) or 1
         self._executor = ThreadPoolExecutor(max_workers=instances, thread_name_prefix=f"ort-{name}-{version}")
-        self._batcher = None
+        self._batcher: DynamicBatcher | SequenceBatcher | None = None
         self._merges_texts = isinstance(executable, BatchesTexts)
         if config.HasField("dynamic_batching") and (config.max_batch_size > 0 or self._merges_texts):
             if self._merges_texts:
@@ -60,6 +63,8 @@ class ModelVersion:
             else:
                 limit, key = config.max_batch_size, None
             self._batcher = DynamicBatcher(config.dynamic_batching, limit, instances, self._execute_batch, key)
+        if sequence is not None:
+            self._batcher = SequenceBatcher(sequence, instances, self._execute_batch)
 
     async def run(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                   parameters: Mapping[str, Parameter], batch_size: int) -> tuple[Execution, int, int]:

@@ -17,6 +17,7 @@ from google.protobuf import json_format, text_format
 from kserve_v2 import backend
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.runtime.onnx import OnnxTensor
+from kserve_v2.sequence_config import reserved_names
 
 CONFIG_FILE = "config.pbtxt"
 PLATFORM = "onnxruntime_onnx"
@@ -97,8 +98,10 @@ def complete_tensors(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outpu
     if batchable and config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
         config.dynamic_batching.SetInParent()  # Triton's onnxruntime auto-complete turns the batcher on
     skip = 1 if config.max_batch_size > 0 else 0
-    _complete_tensors(config.input, inputs, skip, add_missing=True)
-    _complete_tensors(config.output, outputs, skip, add_missing=not config.output)
+    served_inputs, served_outputs = reserved_names(config)  # sequence controls and state: the server's own
+    _complete_tensors(config.input, [t for t in inputs if t.name not in served_inputs], skip, add_missing=True)
+    _complete_tensors(config.output, [t for t in outputs if t.name not in served_outputs], skip,
+                      add_missing=not config.output)
 
 
 def validate(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequence[OnnxTensor]) -> None:
@@ -112,11 +115,12 @@ def validate(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequ
     _validate_tensors("input", config.input, inputs, batching)
     _validate_tensors("output", config.output, outputs, batching)
     declared = {i.name for i in config.input}
-    missing = [t.name for t in inputs if t.name not in declared]
+    served_inputs, _ = reserved_names(config)
+    missing = [t.name for t in inputs if t.name not in declared and t.name not in served_inputs]
     if missing:
         raise ConfigError(f"model inputs {missing} are not in the configuration")
-    if config.HasField("sequence_batching") or config.HasField("ensemble_scheduling"):
-        raise ConfigError("sequence batching and ensembles are not supported")
+    if config.HasField("ensemble_scheduling"):
+        raise ConfigError("ensembles are not supported")
     too_large = [s for s in config.dynamic_batching.preferred_batch_size if s < 1 or s > config.max_batch_size]
     if config.HasField("dynamic_batching") and config.max_batch_size > 0 and too_large:
         raise ConfigError(f"dynamic batching preferred size must be <= max batch size for {config.name}: {too_large}")

@@ -10,6 +10,7 @@ from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.model import ModelVersion
 from kserve_v2.repository import config as cfg
 from kserve_v2.repository import layout
+from kserve_v2.sequence_config import SequenceSettings
 
 
 @dataclass
@@ -55,8 +56,10 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None 
             if not completed:
                 cfg.complete_tensors(config, executable.inputs, executable.outputs, executable.batchable)
             cfg.validate(config, executable.inputs, executable.outputs)
+            sequence = (SequenceSettings.from_config(config, model_dir, executable.inputs, executable.outputs)
+                        if config.HasField("sequence_batching") else None)
             completed = True
-            result.loaded[version] = ModelVersion(name, version, config, executable)
+            result.loaded[version] = ModelVersion(name, version, config, executable, sequence)
         except Exception as err:  # noqa: BLE001 - any load failure is reported as the version's reason
             result.failed[version] = f"failed to load model '{name}' version {version}: {err}"
     result.config = config

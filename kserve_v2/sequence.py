@@ -1,0 +1,378 @@
+"""Triton's sequence batcher for one model version (``architecture.md`` "Stateful Models",
+``model_configuration.md`` "Sequence Batcher").
+
+A request joins a sequence through its parameters ``sequence_id`` (uint64, or a string),
+``sequence_start`` and ``sequence_end``; id 0 or "" means no sequence. A sequence is bound, at
+its START, to one model instance (a *lane*: one execution at a time, so a sequence's requests run
+in order and each sees the state the previous one left) and to a slot of that instance; when every
+slot is taken it waits in the instance's backlog. Each execution takes the oldest waiting request
+of each of the instance's sequences (at most ``max_batch_size`` rows, with equal non-batch shapes):
+
+- ``direct``: row = slot; slots between used ones are padding rows (zero inputs, READY false),
+  as Triton's direct scheduler sends them;
+- ``oldest``: rows are the sequences with the oldest requests, no padding; the batch waits up to
+  ``max_queue_delay_microseconds`` to reach a ``preferred_batch_size`` or ``max_batch_size``.
+
+The server fills the control inputs (START, END, READY, CORRID) and the implicit state inputs of
+every row, keeps each state output for the sequence's next request, resets state on START and
+drops it at END or when the sequence has been idle (nothing queued or running) for
+``max_sequence_idle_microseconds``; a sequence leaves nothing behind once released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kserve_v2.backend import Execution, Parameter
+from kserve_v2.batching import Execute, Feeds, row_key
+from kserve_v2.datatypes import BYTES
+from kserve_v2.errors import InvalidInput, Unavailable
+from kserve_v2.sequence_config import CORRID, END, READY, START, Control, SequenceSettings
+
+SEQUENCE_ID, SEQUENCE_START, SEQUENCE_END = "sequence_id", "sequence_start", "sequence_end"
+_SEQUENCE_KEYS = (SEQUENCE_ID, SEQUENCE_START, SEQUENCE_END)
+_UINT64 = 2**64
+CorrelationId = int | str
+
+
+@dataclass(slots=True, eq=False)
+class _Request:
+    feeds: Feeds
+    output_names: Sequence[str]
+    parameters: Mapping[str, Parameter]
+    key: Hashable
+    start: bool
+    end: bool
+    enqueued_ns: int
+    future: asyncio.Future[tuple[Execution, int, int]] = field(repr=False)
+
+
+@dataclass(slots=True, eq=False)
+class _Sequence:
+    corrid: CorrelationId
+    lane: _Lane
+    slot: int | None = None  # None while in the backlog
+    pending: deque[_Request] = field(default_factory=deque)
+    state: list[np.ndarray] | None = None  # one row (no batch dim) per implicit state
+    last_ns: int = 0
+    running: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class _Lane:
+    """One model instance: its slots, its backlog and its scheduling task."""
+
+    slots: list[_Sequence | None]
+    backlog: deque[_Sequence] = field(default_factory=deque)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    def load(self) -> int:
+        return sum(s is not None for s in self.slots) + len(self.backlog)
+
+    def free_slot(self) -> int | None:
+        return next((i for i, s in enumerate(self.slots) if s is None), None)
+
+
+# (sequence, request) for a real row, None for a padding row
+_Row = tuple[_Sequence, _Request] | None
+
+
+class SequenceBatcher:
+    """Routes, batches and executes the requests of one sequence-batched version (see the module docstring).
+
+    Args:
+        settings: the version's sequence batching.
+        instances: model instances (lanes), the instance group count.
+        execute: merges, runs and splits one batch on a model instance (as for the dynamic batcher).
+    """
+
+    def __init__(self, settings: SequenceSettings, instances: int, execute: Execute) -> None:
+        self._settings = settings
+        self._execute = execute
+        self._lanes = [_Lane([None] * settings.slots) for _ in range(max(instances, 1))]
+        self._active: dict[CorrelationId, _Sequence] = {}  # sequences that still accept requests
+        self._reaper: asyncio.Task[None] | None = None
+        self._reaper_wake = asyncio.Event()
+
+    @property
+    def sequences(self) -> int:
+        """Sequences holding a slot or waiting in a backlog (for tests and statistics)."""
+        return sum(lane.load() for lane in self._lanes)
+
+    async def submit(self, feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter],
+                     batch_size: int) -> tuple[Execution, int, int]:
+        """Queue one request of a sequence and wait for its row of an execution: (execution, queue_ns, infer_ns).
+
+        Raises:
+            InvalidInput: batch size above 1; no (or a zero / empty) ``sequence_id``; a string id
+                for an integer CORRID or the reverse; a request without START for a sequence that
+                is not active (never started, ended, or expired) — Triton's texts -> INVALID_ARGUMENT.
+            Unavailable: the version was retired while the request waited -> UNAVAILABLE.
+            Whatever the execution raised.
+        """
+        settings = self._settings
+        corrid, start, end, parameters = self._sequence_parameters(parameters)
+        if batch_size > 1:
+            raise InvalidInput(f"inference request to model '{settings.model}' must specify batch-size 1 due to "
+                               "requirements of sequence batcher")
+        sequence = self._active.get(corrid)
+        if sequence is None:
+            if not start:
+                raise InvalidInput(f"inference request for sequence {corrid} to model '{settings.model}' must "
+                                   "specify the START flag on the first request of the sequence")
+            sequence = self._open(corrid)
+        now = time.perf_counter_ns()
+        loop = asyncio.get_running_loop()
+        request = _Request(feeds, output_names, parameters, row_key(feeds, output_names, parameters), start, end, now,
+                           loop.create_future())
+        sequence.pending.append(request)
+        sequence.last_ns = now
+        if end:
+            del self._active[corrid]  # a later request with this id must START a new sequence
+        lane = sequence.lane
+        if lane.task is None:
+            lane.task = loop.create_task(self._schedule(lane))
+        lane.wake.set()
+        if self._reaper is None:
+            self._reaper = loop.create_task(self._reap())
+        return await request.future  # a cancelled caller cancels the future: the lane skips it
+
+    def stop(self) -> None:
+        """Stop scheduling (the version is retired): queued requests fail, every sequence and state is dropped."""
+        for lane in self._lanes:
+            if lane.task is not None:
+                lane.task.cancel()
+            for sequence in [s for s in lane.slots if s is not None] + list(lane.backlog):
+                for request in sequence.pending:
+                    if not request.future.done():
+                        request.future.set_exception(Unavailable("the model version was retired"))
+            lane.slots = [None] * len(lane.slots)
+            lane.backlog.clear()
+        self._active.clear()
+        if self._reaper is not None:
+            self._reaper.cancel()
+
+    # ---- requests and sequences ---------------------------------------------------------------
+
+    def _sequence_parameters(self, parameters: Mapping[str, Parameter]
+                             ) -> tuple[CorrelationId, bool, bool, dict[str, Parameter]]:
+        """(correlation id, START, END, the other parameters), checked against the CORRID control."""
+        settings = self._settings
+        rest = {k: v for k, v in parameters.items() if k not in _SEQUENCE_KEYS}
+        corrid = parameters.get(SEQUENCE_ID, 0)
+        if isinstance(corrid, bool) or not isinstance(corrid, int | str):
+            raise InvalidInput(f"parameter '{SEQUENCE_ID}' must be an integer or a string")
+        if isinstance(corrid, int):
+            corrid %= _UINT64  # an int64 on the wire carries a uint64 id (Triton reads it unsigned)
+        if corrid in (0, ""):
+            raise InvalidInput(f"inference request to model '{settings.model}' must specify a non-zero or non-empty "
+                               "correlation ID")
+        control = settings.corrid
+        if control is not None and isinstance(corrid, str) != (control.dtype is BYTES):
+            sent = "BYTES" if isinstance(corrid, str) else "UINT64"
+            raise InvalidInput(f"sequence batching control '{control.name}' data-type is '{sent}', but model "
+                               f"'{settings.model}' expects '{control.dtype.v2}'")
+        return corrid, bool(parameters.get(SEQUENCE_START, False)), bool(parameters.get(SEQUENCE_END, False)), rest
+
+    def _open(self, corrid: CorrelationId) -> _Sequence:
+        """A new sequence on the least loaded instance: in a free slot, else in that instance's backlog."""
+        with_slot = [lane for lane in self._lanes if lane.free_slot() is not None]
+        lane = min(with_slot or self._lanes, key=_Lane.load)
+        sequence = _Sequence(corrid, lane)
+        slot = lane.free_slot()
+        if slot is None:
+            lane.backlog.append(sequence)
+        else:
+            sequence.slot, lane.slots[slot] = slot, sequence
+        self._active[corrid] = sequence
+        self._reaper_wake.set()
+        return sequence
+
+    def _release(self, sequence: _Sequence) -> None:
+        """Free a sequence's slot (to the oldest backlogged sequence) and its state."""
+        lane = sequence.lane
+        if self._active.get(sequence.corrid) is sequence:
+            del self._active[sequence.corrid]
+        sequence.state = None
+        if sequence.slot is None:
+            lane.backlog.remove(sequence)
+            return
+        slot, sequence.slot, lane.slots[slot] = sequence.slot, None, None
+        if lane.backlog:
+            waiting = lane.backlog.popleft()
+            waiting.slot, lane.slots[slot] = slot, waiting
+            lane.wake.set()
+
+    # ---- scheduling -------------------------------------------------------------------------
+
+    async def _schedule(self, lane: _Lane) -> None:
+        """Form and run the instance's batches one after another (so every sequence's state is current)."""
+        while True:
+            rows = await self._next_batch(lane)
+            await self._run(rows)
+
+    async def _next_batch(self, lane: _Lane) -> list[_Row]:
+        settings = self._settings
+        while True:
+            ready = self._ready(lane)
+            if not ready:
+                lane.wake.clear()
+                await lane.wake.wait()
+                continue
+            ready.sort(key=lambda s: s.pending[0].enqueued_ns)
+            key = ready[0].pending[0].key
+            chosen = [s for s in ready if s.pending[0].key == key][: settings.max_batch]
+            waited = time.perf_counter_ns() - chosen[0].pending[0].enqueued_ns
+            if settings.oldest:
+                preferred = [n for n in settings.preferred if n <= len(chosen)]
+                chosen = chosen[: preferred[-1]] if preferred else chosen
+                go = bool(preferred) or len(chosen) >= settings.max_batch
+            else:
+                go = len(chosen) == sum(s is not None for s in lane.slots)  # every slot has a request
+            if go or waited >= settings.delay_ns:
+                return self._rows(chosen)
+            lane.wake.clear()
+            try:
+                await asyncio.wait_for(lane.wake.wait(), (settings.delay_ns - waited) / 1e9)
+            except TimeoutError:
+                pass
+
+    def _ready(self, lane: _Lane) -> list[_Sequence]:
+        """The instance's sequences with a live request at the head of their queue (cancelled ones dropped)."""
+        ready = []
+        for sequence in lane.slots:
+            if sequence is None:
+                continue
+            while sequence.pending and sequence.pending[0].future.done():
+                if sequence.pending.popleft().end:
+                    self._release(sequence)
+            if sequence.pending and sequence.slot is not None:
+                ready.append(sequence)
+        return ready
+
+    def _rows(self, chosen: list[_Sequence]) -> list[_Row]:
+        """Take each chosen sequence's head request; direct places them by slot, with padding between."""
+        taken: list[_Row] = [(s, s.pending.popleft()) for s in chosen]
+        for sequence in chosen:
+            sequence.running = True
+        if self._settings.oldest or not self._settings.batched:
+            return taken
+        highest = max(i for i, s in enumerate(chosen[0].lane.slots) if s is not None)
+        rows: list[_Row] = [None] * (highest + 1)
+        for row in taken:
+            assert row is not None
+            rows[row[0].slot or 0] = row
+        return rows
+
+    async def _run(self, rows: list[_Row]) -> None:
+        """Execute one batch: feed controls and states, store the new states, answer each request."""
+        settings = self._settings
+        real = [row for row in rows if row is not None]
+        first = real[0][1]
+        members = [self._feeds(row, first.feeds) for row in rows]
+        names = list(first.output_names)
+        try:
+            shares, started, finished = await self._execute(members, names + settings.state_outputs, first.parameters)
+        except asyncio.CancelledError:
+            for _, request in real:
+                if not request.future.done():
+                    request.future.set_exception(Unavailable("the model version was retired"))
+            raise
+        except Exception as err:  # noqa: BLE001 - every request of the batch gets its error
+            shares, started, finished = [err] * len(rows), 0, 0
+        executions = 1
+        for row, share in zip(rows, shares, strict=True):
+            if row is None:
+                continue
+            sequence, request = row
+            sequence.running, sequence.last_ns = False, time.perf_counter_ns()
+            if isinstance(share, Exception):
+                outcome: BaseException | tuple[Execution, int, int] = share
+            else:
+                states = share.outputs[len(names):]
+                sequence.state = [np.array(s[0] if settings.batched else s) for s in states]
+                answer = Execution(share.outputs[: len(names)], share.pre_ns, share.post_ns, share.tokens, executions)
+                outcome = (answer, started - request.enqueued_ns, finished - started)
+                executions = 0
+            if not request.future.done():
+                if isinstance(outcome, BaseException):
+                    request.future.set_exception(outcome)
+                else:
+                    request.future.set_result(outcome)
+            if request.end:
+                self._release(sequence)
+
+    def _feeds(self, row: _Row, like: Feeds) -> Feeds:
+        """A row's model inputs: the request's (zeros for padding), its controls and its states."""
+        settings = self._settings
+        if row is None:
+            feeds = {name: _blank(array) for name, array in like.items()}
+            start = end = ready = False
+            corrid: CorrelationId = "" if settings.corrid is not None and settings.corrid.dtype is BYTES else 0
+            states = [s.initial for s in settings.states]
+        else:
+            sequence, request = row
+            feeds = dict(request.feeds)
+            start, end, ready, corrid = request.start, request.end, True, sequence.corrid
+            if request.start or sequence.state is None:
+                sequence.state = [s.initial for s in settings.states]
+            states = sequence.state
+        for control in settings.flags:
+            on = {START: start, END: end, READY: ready}[control.kind]
+            feeds[control.name] = self._shaped(control.true if on else control.false)
+        if settings.corrid is not None:
+            feeds[settings.corrid.name] = self._shaped(_corrid_value(settings.corrid, corrid))
+        for spec, value in zip(settings.states, states, strict=True):
+            feeds[spec.input_name] = value[np.newaxis] if settings.batched else value
+        return feeds
+
+    def _shaped(self, value: np.ndarray) -> np.ndarray:
+        """A control value as a [1] tensor, or [1, 1] with the batch dim."""
+        return value.reshape((1, 1) if self._settings.batched else (1,))
+
+    # ---- idle sequences ----------------------------------------------------------------------
+
+    async def _reap(self) -> None:
+        """Release sequences idle for longer than ``max_sequence_idle_microseconds``; ends when none is left."""
+        idle_ns = self._settings.idle_ns
+        try:
+            while self.sequences:
+                now = time.perf_counter_ns()
+                deadline = now + idle_ns
+                for lane in self._lanes:
+                    for sequence in [s for s in lane.slots if s is not None] + list(lane.backlog):
+                        if sequence.pending or sequence.running:
+                            continue
+                        if now - sequence.last_ns >= idle_ns:
+                            self._release(sequence)
+                        else:
+                            deadline = min(deadline, sequence.last_ns + idle_ns)
+                self._reaper_wake.clear()
+                try:
+                    await asyncio.wait_for(self._reaper_wake.wait(), max(deadline - now, 1_000_000) / 1e9)
+                except TimeoutError:
+                    pass
+        finally:
+            self._reaper = None
+
+
+def _blank(array: np.ndarray) -> np.ndarray:
+    """Zeros (empty strings for BYTES) of one row of ``array``."""
+    if array.dtype == object:
+        return np.full(array.shape, b"", dtype=object)
+    return np.zeros_like(array)
+
+
+def _corrid_value(control: Control, corrid: CorrelationId) -> np.ndarray:
+    if control.dtype is BYTES:
+        text = corrid if isinstance(corrid, str) else str(corrid)
+        return np.array(text.encode("utf-8"), dtype=object)
+    return np.array(corrid, dtype=np.uint64).astype(control.dtype.numpy)
+
