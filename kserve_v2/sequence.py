@@ -33,7 +33,7 @@ from kserve_v2.backend import Execution, Parameter
 from kserve_v2.batching import Execute, Feeds, row_key
 from kserve_v2.datatypes import BYTES
 from kserve_v2.errors import InvalidInput, Unavailable
-from kserve_v2.sequence_config import CORRID, END, READY, START, Control, SequenceSettings
+from kserve_v2.sequence_config import END, READY, START, Control, SequenceSettings
 
 SEQUENCE_ID, SEQUENCE_START, SEQUENCE_END = "sequence_id", "sequence_start", "sequence_end"
 _SEQUENCE_KEYS = (SEQUENCE_ID, SEQUENCE_START, SEQUENCE_END)

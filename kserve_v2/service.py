@@ -23,7 +23,7 @@ from kserve_v2.shared_memory import SharedMemoryRegistry
 from kserve_v2.tracing import Tracing
 
 # Extensions this server implements (Triton's names, ServerMetadata.extensions).
-EXTENSIONS = ("model_repository", "model_configuration", "statistics")
+EXTENSIONS = ("model_repository", "model_configuration", "statistics", "sequence")
 SHM_EXTENSION = "system_shared_memory"
 
 
