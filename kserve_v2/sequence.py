@@ -32,7 +32,7 @@ import numpy as np
 from kserve_v2.backend import Execution, Parameter
 from kserve_v2.batching import Execute, Feeds, row_key
 from kserve_v2.datatypes import BYTES
-from kserve_v2.errors import InvalidInput, Unavailable
+from kserve_v2.errors import InternalError, InvalidInput, Unavailable
 from kserve_v2.sequence_config import END, READY, START, Control, SequenceSettings
 
 SEQUENCE_ID, SEQUENCE_START, SEQUENCE_END = "sequence_id", "sequence_start", "sequence_end"
@@ -62,6 +62,7 @@ class _Sequence:
     state: list[np.ndarray] | None = None  # one row (no batch dim) per implicit state
     last_ns: int = 0
     running: bool = False
+    released: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -119,7 +120,7 @@ class SequenceBatcher:
         """
         settings = self._settings
         corrid, start, end, parameters = self._sequence_parameters(parameters)
-        if batch_size > 1:
+        if batch_size != 1:
             raise InvalidInput(f"inference request to model '{settings.model}' must specify batch-size 1 due to "
                                "requirements of sequence batcher")
         sequence = self._active.get(corrid)
@@ -197,6 +198,9 @@ class SequenceBatcher:
 
     def _release(self, sequence: _Sequence) -> None:
         """Free a sequence's slot (to the oldest backlogged sequence) and its state."""
+        if sequence.released:
+            return
+        sequence.released = True
         lane = sequence.lane
         if self._active.get(sequence.corrid) is sequence:
             del self._active[sequence.corrid]
@@ -216,7 +220,16 @@ class SequenceBatcher:
         """Form and run the instance's batches one after another (so every sequence's state is current)."""
         while True:
             rows = await self._next_batch(lane)
-            await self._run(rows)
+            try:
+                await self._run(rows)
+            except Exception as err:  # noqa: BLE001 - a broken batch must not stop the instance
+                for row in rows:
+                    if row is not None and not row[1].future.done():
+                        row[1].future.set_exception(InternalError(f"sequence batch failed: {err}"))
+                    if row is not None:
+                        row[0].running = False
+                        if row[1].end:
+                            self._release(row[0])
 
     async def _next_batch(self, lane: _Lane) -> list[_Row]:
         settings = self._settings
@@ -293,14 +306,19 @@ class SequenceBatcher:
                 continue
             sequence, request = row
             sequence.running, sequence.last_ns = False, time.perf_counter_ns()
+            outcome: BaseException | tuple[Execution, int, int]
             if isinstance(share, Exception):
-                outcome: BaseException | tuple[Execution, int, int] = share
+                outcome = share
             else:
-                states = share.outputs[len(names):]
-                sequence.state = [np.array(s[0] if settings.batched else s) for s in states]
-                answer = Execution(share.outputs[: len(names)], share.pre_ns, share.post_ns, share.tokens, executions)
-                outcome = (answer, started - request.enqueued_ns, finished - started)
-                executions = 0
+                try:
+                    sequence.state = self._states(share.outputs[len(names):])
+                except InternalError as err:
+                    outcome = err
+                else:
+                    answer = Execution(share.outputs[: len(names)], share.pre_ns, share.post_ns, share.tokens,
+                                       executions)
+                    outcome = (answer, started - request.enqueued_ns, finished - started)
+                    executions = 0
             if not request.future.done():
                 if isinstance(outcome, BaseException):
                     request.future.set_exception(outcome)
@@ -308,6 +326,21 @@ class SequenceBatcher:
                     request.future.set_result(outcome)
             if request.end:
                 self._release(sequence)
+
+    def _states(self, outputs: list[np.ndarray]) -> list[np.ndarray]:
+        """A row's state outputs, copied out of the batch's buffers (only the row is kept).
+
+        Raises:
+            InternalError: a state output whose shape is not the state's dims.
+        """
+        kept = []
+        for spec, output in zip(self._settings.states, outputs, strict=True):
+            row = output[0] if self._settings.batched and output.ndim else output
+            if row.shape != spec.initial.shape:
+                raise InternalError(f"state output '{spec.output_name}' has shape {list(row.shape)}, "
+                                    f"but the state's dims are {list(spec.initial.shape)}")
+            kept.append(np.array(row))
+        return kept
 
     def _feeds(self, row: _Row, like: Feeds) -> Feeds:
         """A row's model inputs: the request's (zeros for padding), its controls and its states."""

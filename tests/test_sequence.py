@@ -392,6 +392,11 @@ def test_http_sequences_share_the_grpc_sequence_state(sequence_server) -> None:
         assert result.as_numpy("OUTPUT").tolist() == [[7]]
         with pytest.raises(InferenceServerException, match="must specify the START flag"):
             client.infer("acc", _inputs(httpclient, 4), sequence_id="mixed")
+        # ids are uint64: JSON carries 2**64 - 1, gRPC's int64 parameter carries it as -1
+        assert client.infer("acc", _inputs(httpclient, 2), sequence_id=2**64 - 1,
+                            sequence_start=True).as_numpy("OUTPUT").tolist() == [[2]]
+    with grpcclient.InferenceServerClient(sequence_server.url) as client:
+        assert _step(client, "acc", 3, -1, end=True) == 5
 
 
 def test_threads_of_one_sequence_keep_order(sequence_server) -> None:

@@ -260,9 +260,12 @@ def _set_parameter(target: pb.InferParameter, value: Any, key: str) -> None:
     if isinstance(value, bool):
         target.bool_param = value
     elif isinstance(value, int):
-        if not -(2**63) <= value < 2**63:
-            raise InvalidInput(f"parameter '{key}' does not fit int64")
-        target.int64_param = value
+        if -(2**63) <= value < 2**63:
+            target.int64_param = value
+        elif 0 <= value < 2**64:  # a uint64 such as a large sequence_id
+            target.uint64_param = value
+        else:
+            raise InvalidInput(f"parameter '{key}' does not fit int64 or uint64")
     elif isinstance(value, float):
         target.double_param = value
     elif isinstance(value, str):
