@@ -10,12 +10,13 @@ import pytest
 from helpers import ROOT
 
 PROGRAMS = ["grpc_health_metadata.py", "grpc_simple_infer.py", "grpc_async_infer.py",
-            "grpc_stream_infer.py", "grpc_string_infer.py"]
+            "grpc_stream_infer.py", "grpc_string_infer.py", "grpc_sequence_infer.py", "grpc_sequence_infer.py -d"]
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_example_program_passes(example_server, program: str) -> None:
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / program), "-u", example_server.url],
+    name, *flags = program.split()
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / name), "-u", example_server.url, *flags],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1] == "PASS"
