@@ -417,3 +417,46 @@ def test_threads_of_one_sequence_keep_order(sequence_server) -> None:
     for thread in threads:
         thread.join()
     assert not errors, errors
+
+
+def _rss_mib(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_sequences_hold_no_memory_after_end_or_expiry(tmp_path) -> None:
+    """Four sequences each keep a 40 MiB state; END (and, for others, idle expiry) gives the memory back."""
+    size = 10 * 1024 * 1024  # FP32 elements: 40 MiB per state
+    model = make_model([helper.make_node("Add", ["STATE_IN", "INPUT"], ["STATE_OUT"]),
+                        helper.make_node("Identity", ["INPUT"], ["OUTPUT"])],
+                       [("INPUT", TensorProto.FLOAT, ONE), ("STATE_IN", TensorProto.FLOAT, [None, size])],
+                       [("OUTPUT", TensorProto.FLOAT, ONE), ("STATE_OUT", TensorProto.FLOAT, [None, size])])
+    add_model(tmp_path / "repo", "big_state", model,
+              f"max_batch_size: 1\n{ONE_INSTANCE}parameters {{ key: \"enable_mem_arena\" value {{ string_value: \"0\" }} }}\n"
+              "sequence_batching { max_sequence_idle_microseconds: 1000000 oldest { max_candidate_sequences: 8 } "
+              f'state [{{ input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [{size}] }}] }}')
+    server = start_server(tmp_path / "repo", tmp_path / "logs")
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            def step(sequence_id: int, **flags) -> None:
+                tensor = grpcclient.InferInput("INPUT", [1, 1], "FP32")
+                tensor.set_data_from_numpy(np.ones((1, 1), np.float32))
+                client.infer("big_state", [tensor], sequence_id=sequence_id, **flags)
+
+            for rounds, close in ((0, "end"), (1, "expiry")):
+                baseline = _rss_mib(server.proc.pid)
+                for sequence_id in range(1, 5):
+                    step(sequence_id, sequence_start=True)
+                held = _rss_mib(server.proc.pid)
+                assert held - baseline > 120, (rounds, baseline, held)
+                if close == "end":
+                    for sequence_id in range(1, 5):
+                        step(sequence_id, sequence_end=True)
+                else:
+                    time.sleep(3)
+                released = _rss_mib(server.proc.pid)
+                assert released - baseline < 40, (close, baseline, held, released)
+    finally:
+        assert server.stop() == 0
