@@ -104,7 +104,7 @@ class SequenceBatcher:
 
     @property
     def sequences(self) -> int:
-        """Sequences holding a slot or waiting in a backlog (for tests and statistics)."""
+        """Sequences holding a slot or waiting in a backlog."""
         return sum(lane.load() for lane in self._lanes)
 
     async def submit(self, feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter],
@@ -112,17 +112,17 @@ class SequenceBatcher:
         """Queue one request of a sequence and wait for its row of an execution: (execution, queue_ns, infer_ns).
 
         Raises:
-            InvalidInput: batch size above 1; no (or a zero / empty) ``sequence_id``; a string id
+            InvalidInput: a batch size other than 1; no (or a zero / empty) ``sequence_id``; a string id
                 for an integer CORRID or the reverse; a request without START for a sequence that
                 is not active (never started, ended, or expired) — Triton's texts -> INVALID_ARGUMENT.
             Unavailable: the version was retired while the request waited -> UNAVAILABLE.
             Whatever the execution raised.
         """
         settings = self._settings
-        corrid, start, end, parameters = self._sequence_parameters(parameters)
         if batch_size != 1:
             raise InvalidInput(f"inference request to model '{settings.model}' must specify batch-size 1 due to "
                                "requirements of sequence batcher")
+        corrid, start, end, parameters = self._sequence_parameters(parameters)
         sequence = self._active.get(corrid)
         if sequence is None:
             if not start:
@@ -223,15 +223,16 @@ class SequenceBatcher:
             try:
                 await self._run(rows)
             except Exception as err:  # noqa: BLE001 - a broken batch must not stop the instance
-                for row in rows:
-                    if row is not None and not row[1].future.done():
-                        row[1].future.set_exception(InternalError(f"sequence batch failed: {err}"))
-                    if row is not None:
-                        row[0].running = False
-                        if row[1].end:
-                            self._release(row[0])
+                for sequence, request in (row for row in rows if row is not None):
+                    sequence.running = False
+                    if not request.future.done():
+                        request.future.set_exception(InternalError(f"sequence batch failed: {err}"))
+                    if request.end:
+                        self._release(sequence)
 
     async def _next_batch(self, lane: _Lane) -> list[_Row]:
+        """Wait for the instance's next batch: the sequences with the oldest requests (equal batch keys),
+        once the strategy's size is reached (direct: every slot; oldest: preferred or max) or the delay is over."""
         settings = self._settings
         while True:
             ready = self._ready(lane)
