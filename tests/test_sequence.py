@@ -104,6 +104,12 @@ def sequence_server(tmp_path_factory):
               f"control_input [{controls}] }}")
     add_model(repository, "broken", _accumulator_model(),
               f'max_batch_size: 8\nsequence_batching {{ control_input [{_flag("START", "START")}] {ACC_STATE} }}')
+    for name, data in (("acc_file", np.array([100], np.int32).tobytes()), ("acc_bad_file", b"\x01\x02")):
+        state = ACC_STATE.replace("zero_data: true", 'data_file: "hundred"')
+        folder = add_model(repository, name, _accumulator_model(),
+                           f"max_batch_size: 8\n{ONE_INSTANCE}sequence_batching {{ {state} }}")
+        (folder / "initial_state").mkdir()
+        (folder / "initial_state" / "hundred").write_bytes(data)
     server = start_server(repository, tmp_path_factory.mktemp("logs"), "--strict-readiness", "false")
     yield server
     assert server.stop() == 0
@@ -379,8 +385,18 @@ def test_bad_sequence_configuration_fails_the_load_with_a_reason(sequence_server
     with grpcclient.InferenceServerClient(sequence_server.url) as client:
         rows = {m.name: m for m in client.get_model_repository_index().models}
         assert not client.is_model_ready("broken")
-    assert rows["broken"].state == "UNAVAILABLE"
+    assert rows["broken"].state == rows["acc_bad_file"].state == "UNAVAILABLE"
     assert "sequence batching control input 'START' is not a tensor of the model" in rows["broken"].reason
+    assert "input byte size mismatch for initial state file 'hundred'" in rows["acc_bad_file"].reason
+
+
+def test_initial_state_from_a_data_file(sequence_server) -> None:
+    """initial_state { data_file } is read from the model's initial_state/ folder, and START returns to it."""
+    with grpcclient.InferenceServerClient(sequence_server.url) as client:
+        assert _step(client, "acc_file", 1, 31, start=True) == 101
+        assert _step(client, "acc_file", 2, 31) == 103
+        assert _step(client, "acc_file", 3, 31, start=True, end=True) == 103
+        assert "sequence" in client.get_server_metadata().extensions
 
 
 def test_http_sequences_share_the_grpc_sequence_state(sequence_server) -> None:
