@@ -109,7 +109,7 @@ class SequenceSettings:
         Raises:
             SequenceConfigError: a control without exactly one kind of false/true pair, an
                 unsupported CORRID type, names that are not graph inputs/outputs or whose datatype
-                differs, state dims with -1, an unreadable or wrong-sized initial state file,
+                or shape differs, state dims with -1, an unreadable or wrong-sized initial state file,
                 ``iterative_sequence``.
         """
         sb = config.sequence_batching
@@ -117,18 +117,18 @@ class SequenceSettings:
             raise SequenceConfigError("iterative_sequence is not supported by this server")
         graph_in = {t.name: t for t in inputs}
         graph_out = {t.name: t for t in outputs}
+        batched = config.max_batch_size > 0
         flags: list[Control] = []
         corrid: Control | None = None
         for control_input in sb.control_input:
             for control in control_input.control:
                 made = _control(control_input.name, control)
-                _check_graph(graph_in, made.name, made.dtype, "control input")
+                _check_graph(graph_in, made.name, made.dtype, (1,), batched, "control input")
                 if made.kind == CORRID:
                     corrid = made
                 else:
                     flags.append(made)
-        states = tuple(_state(s, model_dir, graph_in, graph_out) for s in sb.state)
-        batched = config.max_batch_size > 0
+        states = tuple(_state(s, model_dir, graph_in, graph_out, batched) for s in sb.state)
         max_batch = config.max_batch_size if batched else 1
         oldest = sb.WhichOneof("strategy_choice") == "oldest"
         if oldest:
@@ -173,15 +173,15 @@ def _control(name: str, control: mc.ModelSequenceBatching.Control) -> Control:
 
 
 def _state(state: mc.ModelSequenceBatching.State, model_dir: Path, graph_in: dict[str, OnnxTensor],
-           graph_out: dict[str, OnnxTensor]) -> ImplicitState:
+           graph_out: dict[str, OnnxTensor], batched: bool) -> ImplicitState:
     dtype = datatypes.BY_CONFIG[mc.DataType.Name(state.data_type)] if state.data_type else None
     if dtype is None:
         raise SequenceConfigError(f"state '{state.input_name}' needs a data_type")
     dims = tuple(state.dims)
     if any(d < 0 for d in dims):
         raise SequenceConfigError(f"state '{state.input_name}' has dims {list(dims)}: only fixed dims are supported")
-    _check_graph(graph_in, state.input_name, dtype, "state input")
-    _check_graph(graph_out, state.output_name, dtype, "state output")
+    _check_graph(graph_in, state.input_name, dtype, dims, batched, "state input")
+    _check_graph(graph_out, state.output_name, dtype, dims, batched, "state output")
     initial = np.zeros(dims, dtype.numpy) if dtype is not BYTES else np.full(dims, b"", dtype=object)
     for given in state.initial_state[:1]:
         if given.WhichOneof("state_data") == "data_file":
@@ -196,10 +196,18 @@ def _state(state: mc.ModelSequenceBatching.State, model_dir: Path, graph_in: dic
     return ImplicitState(state.input_name, state.output_name, dtype, initial)
 
 
-def _check_graph(graph: dict[str, OnnxTensor], name: str, dtype: DType, what: str) -> None:
+def _check_graph(graph: dict[str, OnnxTensor], name: str, dtype: DType, dims: tuple[int, ...], batched: bool,
+                 what: str) -> None:
+    """The tensor exists in the graph with this datatype and, where the graph gives a shape, these dims
+    (after a dynamic batch dim when batched)."""
     found = graph.get(name)
     if found is None:
         raise SequenceConfigError(f"sequence batching {what} '{name}' is not a tensor of the model: it has {sorted(graph)}")
     if found.dtype is not dtype:
         raise SequenceConfigError(f"sequence batching {what} '{name}' is {dtype.config} in the configuration "
                                   f"but {found.dtype.config} in the model")
+    expected = ((-1,) if batched else ()) + dims
+    if found.shape and (len(found.shape) != len(expected) or any(
+            g != -1 and e != -1 and g != e for g, e in zip(found.shape, expected, strict=True))):
+        raise SequenceConfigError(f"sequence batching {what} '{name}' has shape {list(found.shape)} in the model, "
+                                  f"but the server feeds {list(expected)}")

@@ -451,7 +451,7 @@ def test_sequences_hold_no_memory_after_end_or_expiry(tmp_path) -> None:
                        [("OUTPUT", TensorProto.FLOAT, ONE), ("STATE_OUT", TensorProto.FLOAT, [None, size])])
     add_model(tmp_path / "repo", "big_state", model,
               f"max_batch_size: 1\n{ONE_INSTANCE}parameters {{ key: \"enable_mem_arena\" value {{ string_value: \"0\" }} }}\n"
-              "sequence_batching { max_sequence_idle_microseconds: 1000000 oldest { max_candidate_sequences: 8 } "
+              "sequence_batching { max_sequence_idle_microseconds: 5000000 oldest { max_candidate_sequences: 8 } "
               f'state [{{ input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [{size}] }}] }}')
     server = start_server(tmp_path / "repo", tmp_path / "logs")
     try:
@@ -470,9 +470,10 @@ def test_sequences_hold_no_memory_after_end_or_expiry(tmp_path) -> None:
                 if close == "end":
                     for sequence_id in range(1, 5):
                         step(sequence_id, sequence_end=True)
-                else:
-                    time.sleep(3)
-                released = _rss_mib(server.proc.pid)
+                # END frees at once; expiry after 5 s idle and the reaper's next look
+                deadline = time.monotonic() + (0 if close == "end" else 30)
+                while (released := _rss_mib(server.proc.pid)) - baseline >= 40 and time.monotonic() < deadline:
+                    time.sleep(0.5)
                 assert released - baseline < 40, (close, baseline, held, released)
     finally:
         assert server.stop() == 0
