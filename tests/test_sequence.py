@@ -93,7 +93,7 @@ def sequence_server(tmp_path_factory):
               f"max_sequence_idle_microseconds: 60000000 oldest {{ max_candidate_sequences: 32 "
               f"max_queue_delay_microseconds: 1000 }} {ACC_STATE} }}")
     add_model(repository, "acc_idle", _accumulator_model(),
-              f"max_batch_size: 8\n{ONE_INSTANCE}sequence_batching {{ max_sequence_idle_microseconds: 300000 "
+              f"max_batch_size: 8\n{ONE_INSTANCE}sequence_batching {{ max_sequence_idle_microseconds: 1000000 "
               f"{ACC_STATE} }}")
     controls = ", ".join([_flag("S", "START", "bool_false_true: [false, true]"),
                           _flag("E", "END", "fp32_false_true: [0.5, 2.5]"),
@@ -355,11 +355,11 @@ def test_state_isolated_across_32_concurrent_sequences(sequence_server) -> None:
 
 
 def test_idle_sequence_expires_and_frees_its_state(sequence_server) -> None:
-    """After max_sequence_idle_microseconds (0.3 s) without requests the sequence is gone; a new START is fresh."""
+    """After max_sequence_idle_microseconds (1 s) without requests the sequence is gone; a new START is fresh."""
     with grpcclient.InferenceServerClient(sequence_server.url) as client:
         assert _step(client, "acc_idle", 4, 4242, start=True) == 4
         assert _step(client, "acc_idle", 4, 4242) == 8
-        time.sleep(1.5)
+        time.sleep(3.5)
         with pytest.raises(InferenceServerException, match="inference request for sequence 4242 to model "
                                                            "'acc_idle' must specify the START flag"):
             _step(client, "acc_idle", 4, 4242)
