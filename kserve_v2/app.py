@@ -3,6 +3,10 @@
 Lifecycle (``hardening-notes.md`` pain point 7): the port opens first (live, not ready); startup
 models load; readiness turns on. On SIGTERM/SIGINT readiness turns off at once, new calls get
 UNAVAILABLE, in-flight calls get up to ``exit_timeout_secs`` to finish, models unload, exit 0.
+
+grpc.health.v1 (the protocol Kubernetes' native gRPC probes speak) answers for the service names
+"" and ``inference.GRPCInferenceService`` as ServerReady does, and for ``live`` as ServerLive
+does (SERVING from start until shutdown begins): a liveness probe names ``live``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from transcoding.rest import build_app, build_metrics_app
 from transcoding.server import HttpServer
 
 log = logging.getLogger(__name__)
+LIVE_SERVICE = "live"  # grpc.health.v1 service name of liveness, for Kubernetes' gRPC liveness probe
 
 
 class App:
@@ -86,6 +91,7 @@ class App:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        await self.health.set(LIVE_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         await self._publish_health()
         await self.server.start()
         log.info("gRPC server listening on %s:%d", self.settings.grpc_address, self.grpc_port)

@@ -3,6 +3,12 @@
 Flag names are Triton's where Triton has one. Every flag can also come from an environment
 variable ``KSERVE_V2_<FLAG>`` (``--grpc-port`` -> ``KSERVE_V2_GRPC_PORT``); a flag given on
 the command line wins.
+
+Triton's spellings where ours differ are accepted too (``TRITON_ALIASES``), so the arguments of
+a Triton container (KServe's ``kserve-tritonserver`` ClusterServingRuntime passes
+``tritonserver --model-store=/mnt/models --grpc-port=9000 --http-port=8080 --allow-grpc=true
+--allow-http=true``) start this server unchanged after ``kserve-v2``. Source: Triton's
+``tritonserver --help`` and KServe's ``config/runtimes/kserve-tritonserver.yaml``.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ ENV_PREFIX = "KSERVE_V2_"
 CONTROL_MODES = ("none", "explicit", "poll")
 EVENT_LOOPS = ("uvloop", "asyncio")
 LOG_FORMATS = ("text", "json")
+# Triton's spellings: the `tritonserver` command runs `serve`; `--model-store` is `--model-repository`.
+TRITON_ALIASES = {"serve": ["tritonserver"], "--model-repository": ["--model-store"]}
 
 
 class JsonFormatter(logging.Formatter):
@@ -58,8 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kserve-v2 {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
-        "serve",
-        help="serve a model repository over gRPC and REST",
+        "serve", aliases=TRITON_ALIASES["serve"],
+        help="serve a model repository over gRPC and REST ('tritonserver' is an alias)",
         description="Serve a Triton-style model repository over the KServe V2 protocol (gRPC and REST). "
         f"Every flag can also be set with an environment variable {ENV_PREFIX}<FLAG>, e.g. {ENV_PREFIX}GRPC_PORT.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -70,12 +78,13 @@ def _parser() -> argparse.ArgumentParser:
 
     repos = os.environ.get(ENV_PREFIX + "MODEL_REPOSITORY")
     serve.add_argument(
-        "--model-repository", action="append", type=Path, default=None, metavar="DIR",
+        "--model-repository", *TRITON_ALIASES["--model-repository"], action="append", type=Path, default=None, metavar="DIR",
         help="model repository folder: <DIR>/<model>/[config.pbtxt] <version>/model.onnx; repeat for several "
         f"(env {ENV_PREFIX}MODEL_REPOSITORY, ':'-separated)" + (f" [env: {repos}]" if repos else ""),
     )
     flag("grpc-address", defaults.grpc_address, "address the gRPC server binds")
     flag("grpc-port", defaults.grpc_port, "gRPC port (0 picks a free one and logs it)", type=int)
+    flag("allow-grpc", True, "Triton's flag: gRPC is always served here, so only 'true' is accepted", type=_bool)
     flag("allow-http", defaults.allow_http, "serve the V2 REST API", type=_bool)
     flag("http-address", defaults.http_address, "address the HTTP server binds")
     flag("http-port", defaults.http_port, "HTTP port (0 picks a free one and logs it)", type=int)
@@ -157,8 +166,10 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         parser.error("--http-max-input-size must be > 0")
     if args.openai_token_ids not in TOKEN_ID_MODES:
         parser.error(f"--openai-token-ids must be one of {TOKEN_ID_MODES}, got '{args.openai_token_ids}'")
+    if not args.allow_grpc:
+        parser.error("--allow-grpc=false is not supported: gRPC is this server's primary API (and its health probe)")
     origins = tuple(o.strip() for o in args.cors_allowed_origins.split(",") if o.strip())
-    skip = ("command", "model_repository", "load_model", "cors_allowed_origins")
+    skip = ("command", "model_repository", "load_model", "cors_allowed_origins", "allow_grpc")
     values = {k: v for k, v in vars(args).items() if k not in skip}
     return Settings(model_repositories=tuple(repositories), load_models=tuple(args.load_model or ()),
                     cors_allowed_origins=origins, **values)
