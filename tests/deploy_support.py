@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,17 @@ def kustomize(directory: Path) -> list[dict[str, Any]]:
     done = subprocess.run([str(BIN / "kubectl"), "kustomize", str(directory)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def kustomize_with_http_probes(work: Path) -> list[dict[str, Any]]:
+    """The cpu overlay with the http-probes component, as an overlay of the user's would add it."""
+    shutil.copytree(KUSTOMIZE, work / "k8s")
+    overlay = work / "k8s" / "overlays" / "http"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        "resources: [../cpu]\ncomponents: [../../components/http-probes]\n")
+    return kustomize(overlay)
 
 
 def load(path: Path) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ and Services point at the ports the server listens on, and the drain fits in the
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from deploy_support import (KSERVE, KUSTOMIZE, OVERLAYS, SHARED_K8S, kustomize, load, one, parse_serve_args,
-                            with_repository)
+from deploy_support import (KSERVE, KUSTOMIZE, OVERLAYS, SHARED_K8S, kustomize, kustomize_with_http_probes, load, one,
+                            parse_serve_args, with_repository)
 from helpers import EXAMPLES
 
 K8S_VERSIONS = ("1.27.0", "1.37.0")
@@ -146,13 +145,7 @@ def test_overlays_differ_where_they_should() -> None:
 
 
 def test_http_probes_component_renders(tmp_path: Path) -> None:
-    shutil.copytree(KUSTOMIZE, tmp_path / "k8s")
-    overlay = tmp_path / "k8s" / "overlays" / "http"
-    overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        "resources: [../cpu]\ncomponents: [../../components/http-probes]\n")
-    docs = kustomize(overlay)
+    docs = kustomize_with_http_probes(tmp_path)
     container = _container(docs)
     assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
     assert container["startupProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
