@@ -48,14 +48,14 @@ def kustomize(directory: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
-def kustomize_with_http_probes(work: Path) -> list[dict[str, Any]]:
-    """The cpu overlay with the http-probes component, as an overlay of the user's would add it."""
+def kustomize_with_component(work: Path, component: str) -> list[dict[str, Any]]:
+    """The cpu overlay with one of deploy/k8s/components, as an overlay of the user's would add it."""
     shutil.copytree(KUSTOMIZE, work / "k8s")
-    overlay = work / "k8s" / "overlays" / "http"
+    overlay = work / "k8s" / "overlays" / component
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        "resources: [../cpu]\ncomponents: [../../components/http-probes]\n")
+        f"resources: [../cpu]\ncomponents: [../../components/{component}]\n")
     return kustomize(overlay)
 
 

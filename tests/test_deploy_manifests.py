@@ -17,7 +17,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from deploy_support import (KSERVE, KUSTOMIZE, OVERLAYS, SHARED_K8S, kustomize, kustomize_with_http_probes, load, one,
+from deploy_support import (KSERVE, KUSTOMIZE, OVERLAYS, SHARED_K8S, kustomize, kustomize_with_component, load, one,
                             parse_serve_args, with_repository)
 from helpers import EXAMPLES
 
@@ -145,7 +145,7 @@ def test_overlays_differ_where_they_should() -> None:
 
 
 def test_http_probes_component_renders(tmp_path: Path) -> None:
-    docs = kustomize_with_http_probes(tmp_path)
+    docs = kustomize_with_component(tmp_path, "http-probes")
     container = _container(docs)
     assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
     assert container["startupProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
@@ -268,3 +268,21 @@ def test_triton_spellings_are_aliases() -> None:
     assert ours["allow_http"] is True
     assert both["model_repositories"] == [str(EXAMPLES), str(EXAMPLES / "simple")]  # both spellings append
     assert grpc_off == {"exit": 2}  # gRPC cannot be turned off: a clear usage error, not a silent gRPC server
+
+
+def test_object_storage_component_fills_the_repository_folder(tmp_path: Path) -> None:
+    docs = kustomize_with_component(tmp_path, "object-storage")
+    assert "PersistentVolumeClaim" not in {d["kind"] for d in docs}
+    deployment = one(docs, "Deployment")
+    _validate_core(deployment)
+    pod = deployment["spec"]["template"]["spec"]
+    [init] = pod["initContainers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert set(volumes["models"]) == {"name", "emptyDir"}
+    uri, destination = init["args"]
+    assert uri.startswith("s3://")
+    assert {"name": "models", "mountPath": destination} in init["volumeMounts"]
+    # the server reads the folder the init container wrote
+    server = pod["containers"][0]
+    assert f"--model-repository={destination}" in server["args"]
+    assert {m["mountPath"]: m["name"] for m in server["volumeMounts"]}[destination] == "models"

@@ -29,7 +29,7 @@ import tritonclient.grpc as grpcclient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from deploy_support import BIN, KSERVE, KUSTOMIZE, kustomize, kustomize_with_http_probes, load, one, with_repository
+from deploy_support import BIN, KSERVE, KUSTOMIZE, kustomize, kustomize_with_component, load, one, with_repository
 from helpers import EXAMPLES, ROOT, add_model, matmul_model
 
 SIZE = 1024
@@ -113,7 +113,7 @@ def _budget(spec: dict[str, Any]) -> float:
 
 
 def _deployment_container(variant: str, tmp_path: Path) -> dict[str, Any]:
-    docs = kustomize_with_http_probes(tmp_path) if variant == "http-probes" else kustomize(KUSTOMIZE / "overlays" / "cpu")
+    docs = kustomize_with_component(tmp_path, "http-probes") if variant == "http-probes" else kustomize(KUSTOMIZE / "overlays" / "cpu")
     return one(docs, "Deployment")["spec"]["template"]["spec"]
 
 
