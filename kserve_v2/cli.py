@@ -34,6 +34,11 @@ EVENT_LOOPS = ("uvloop", "asyncio")
 LOG_FORMATS = ("text", "json")
 # Triton's spellings: the `tritonserver` command runs `serve`; `--model-store` is `--model-repository`.
 TRITON_ALIASES = {"serve": ["tritonserver"], "--model-repository": ["--model-store"]}
+# Triton's switches for what this server always does (or never does): only that value is accepted.
+TRITON_FIXED = {"allow-grpc": (True, "gRPC is this server's primary API (and its health probe)"),
+                "strict-model-config": (False, "configs are always auto-completed from the ONNX model"),
+                "allow-sagemaker": (False, "there is no SageMaker API"),
+                "allow-vertex-ai": (False, "there is no Vertex AI API")}
 
 
 class JsonFormatter(logging.Formatter):
@@ -84,7 +89,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     flag("grpc-address", defaults.grpc_address, "address the gRPC server binds")
     flag("grpc-port", defaults.grpc_port, "gRPC port (0 picks a free one and logs it)", type=int)
-    flag("allow-grpc", True, "Triton's flag: gRPC is always served here, so only 'true' is accepted", type=_bool)
     flag("allow-http", defaults.allow_http, "serve the V2 REST API", type=_bool)
     flag("http-address", defaults.http_address, "address the HTTP server binds")
     flag("http-port", defaults.http_port, "HTTP port (0 picks a free one and logs it)", type=int)
@@ -136,6 +140,8 @@ def _parser() -> argparse.ArgumentParser:
          "minimum ms between client pings without data before they count as strikes", type=int)
     flag("grpc-http2-max-ping-strikes", defaults.grpc_http2_max_ping_strikes,
          "bad pings tolerated before the connection is closed (0 = unlimited)", type=int)
+    for name, (value, why) in TRITON_FIXED.items():
+        flag(name, value, f"Triton's flag; only {str(value).lower()} is accepted: {why}", type=_bool)
     return parser
 
 
@@ -166,10 +172,12 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         parser.error("--http-max-input-size must be > 0")
     if args.openai_token_ids not in TOKEN_ID_MODES:
         parser.error(f"--openai-token-ids must be one of {TOKEN_ID_MODES}, got '{args.openai_token_ids}'")
-    if not args.allow_grpc:
-        parser.error("--allow-grpc=false is not supported: gRPC is this server's primary API (and its health probe)")
+    fixed = [name.replace("-", "_") for name in TRITON_FIXED]
+    for name, (value, why) in TRITON_FIXED.items():
+        if getattr(args, name.replace("-", "_")) != value:
+            parser.error(f"--{name}={str(not value).lower()} is not supported: {why}")
     origins = tuple(o.strip() for o in args.cors_allowed_origins.split(",") if o.strip())
-    skip = ("command", "model_repository", "load_model", "cors_allowed_origins", "allow_grpc")
+    skip = ("command", "model_repository", "load_model", "cors_allowed_origins", *fixed)
     values = {k: v for k, v in vars(args).items() if k not in skip}
     return Settings(model_repositories=tuple(repositories), load_models=tuple(args.load_model or ()),
                     cors_allowed_origins=origins, **values)

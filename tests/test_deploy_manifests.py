@@ -255,19 +255,23 @@ def test_inference_services_use_the_runtime(path: Path) -> None:
 
 
 def test_triton_spellings_are_aliases() -> None:
-    ours, triton, both, grpc_off = parse_serve_args(
+    ours, triton, both, grpc_off, strict, sagemaker = parse_serve_args(
         ["serve", "--model-repository", str(EXAMPLES), "--strict-readiness=false", "--exit-timeout-secs=7"],
         ["tritonserver", f"--model-store={EXAMPLES}", "--allow-grpc=true", "--allow-http=false",
+         "--strict-model-config=false", "--allow-sagemaker=false", "--allow-vertex-ai=false",
          "--strict-readiness=false", "--exit-timeout-secs=7", "--log-verbose=1"],
         ["tritonserver", "--model-store", str(EXAMPLES), "--model-repository", str(EXAMPLES / "simple")],
         ["tritonserver", f"--model-store={EXAMPLES}", "--allow-grpc=false"],
+        ["tritonserver", f"--model-store={EXAMPLES}", "--strict-model-config=true"],
+        ["tritonserver", f"--model-store={EXAMPLES}", "--allow-sagemaker=true"],
     )
     assert triton["model_repositories"] == ours["model_repositories"] == [str(EXAMPLES)]
     assert (triton["strict_readiness"], triton["exit_timeout_secs"], triton["allow_http"], triton["log_verbose"]) == (
         False, 7, False, 1)
     assert ours["allow_http"] is True
     assert both["model_repositories"] == [str(EXAMPLES), str(EXAMPLES / "simple")]  # both spellings append
-    assert grpc_off == {"exit": 2}  # gRPC cannot be turned off: a clear usage error, not a silent gRPC server
+    # what this server cannot switch is a clear usage error, not silently ignored
+    assert grpc_off == strict == sagemaker == {"exit": 2}
 
 
 def test_object_storage_component_fills_the_repository_folder(tmp_path: Path) -> None:
