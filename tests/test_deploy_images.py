@@ -10,6 +10,7 @@ version is the one onnxruntime-gpu's CUDA provider links against.
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import io
 import json
 import re
@@ -154,11 +155,10 @@ def test_cuda_base_matches_onnxruntime_gpu() -> None:
 
 
 def test_image_requirements_swap_only_onnxruntime() -> None:
-    sys.path.insert(0, str(ROOT / "deploy" / "docker"))
-    try:
-        import requirements as image_requirements
-    finally:
-        sys.path.pop(0)
+    spec = importlib.util.spec_from_file_location("image_requirements", ROOT / "deploy" / "docker" / "requirements.py")
+    assert spec and spec.loader
+    image_requirements = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(image_requirements)
     dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     [pin] = re.findall(r"^onnxruntime-gpu==(\S+)$", (ROOT / "constraints.txt").read_text(), re.MULTILINE)
     cpu = image_requirements.requirements("onnxruntime")
