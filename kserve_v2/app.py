@@ -1,8 +1,11 @@
 """Composition root: builds the manager, service, gRPC server and REST server, and runs their lifetime.
 
 Lifecycle (``hardening-notes.md`` pain point 7): the port opens first (live, not ready); startup
-models load; readiness turns on. On SIGTERM/SIGINT readiness turns off at once, new calls get
-UNAVAILABLE, in-flight calls get up to ``exit_timeout_secs`` to finish, models unload, exit 0.
+models load; readiness turns on. On SIGTERM/SIGINT readiness and grpc.health.v1 turn NOT_SERVING at
+once and Watch streams end; gRPC stops taking calls (new ones get UNAVAILABLE) while REST keeps
+answering new requests with 503 + Retry-After; requests already admitted, including those still
+uploading, get up to ``exit_timeout_secs`` to finish; the process goes on as soon as none is left,
+models unload, exit 0.
 
 grpc.health.v1 (the protocol Kubernetes' native gRPC probes speak) answers for the service names
 "" and ``inference.GRPCInferenceService`` as ServerReady does, and for ``live`` as ServerLive
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 
 from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry, ProcessCollector, disable_created_metrics
@@ -29,8 +33,11 @@ from kserve_v2.settings import Settings
 from kserve_v2.shared_memory import SharedMemoryRegistry
 from kserve_v2.status import StatusReporter
 from kserve_v2.tracing import Tracing
+from kserve_v2.restrictions import parse_restrictions
+from transcoding.http_access import AccessMiddleware
+from transcoding.http_limits import ConnectionLimits
 from transcoding.rest import build_app, build_metrics_app
-from transcoding.server import HttpServer
+from transcoding.server import HttpServer, TlsFiles
 
 log = logging.getLogger(__name__)
 LIVE_SERVICE = "live"  # grpc.health.v1 service name of liveness, for Kubernetes' gRPC liveness probe
@@ -63,16 +70,28 @@ class App:
                                         metrics, self.tracing, memory)
         self.server, self.health, self.grpc_port = build_server(self.service, settings)
         self.http: HttpServer | None = None
+        limits = ConnectionLimits(settings.http_header_timeout_secs, settings.http_body_timeout_secs,
+                                  settings.http_max_header_size, settings.http_max_chunks)
+        connections = {"limits": limits, "keepalive_timeout_s": settings.http_keepalive_timeout_secs,
+                       "max_connections": settings.http_max_connections}
         if settings.allow_http:
             reporter = StatusReporter(self.manager, registry, gpus)
-            application = build_app(self.service, settings.http_max_input_size, registry, reporter,
-                                    settings.openai_token_ids, settings.cors_allowed_origins)
-            self.http = HttpServer(application,
-                                   settings.http_address, settings.http_port, settings.exit_timeout_secs)
+            app = build_app(self.service, settings.http_max_input_size, registry, reporter,
+                            settings.openai_token_ids, settings.cors_allowed_origins)
+            restrictions = parse_restrictions(settings.http_restricted_api)
+            if restrictions or settings.api_key:  # otherwise no per-request work for access control
+                app = AccessMiddleware(app, restrictions, settings.api_key)
+            tls = None
+            if settings.http_use_ssl or settings.http_use_ssl_mutual:
+                tls = TlsFiles(settings.http_server_cert, settings.http_server_key, settings.http_root_cert,
+                               settings.http_use_ssl_mutual)
+            self.http = HttpServer(app, settings.http_address, settings.http_port, settings.exit_timeout_secs,
+                                   tls=tls, **connections)  # type: ignore[arg-type]
         self.metrics_server: HttpServer | None = None
         if registry is not None:
             self.metrics_server = HttpServer(build_metrics_app(registry), settings.metrics_address,
-                                             settings.metrics_port, settings.exit_timeout_secs)
+                                             settings.metrics_port, settings.exit_timeout_secs,
+                                             **connections)  # type: ignore[arg-type]
         self._health_updates: set[asyncio.Task[None]] = set()
 
     def _on_change(self) -> None:
@@ -104,16 +123,25 @@ class App:
         startup = loop.create_task(self._start_models())  # in poll mode it goes on polling
         await stop.wait()
         log.info("shutting down: readiness off, waiting up to %d s for in-flight requests", self.settings.exit_timeout_secs)
-        self.state.draining = True
-        await self.health.enter_graceful_shutdown()
-        stopping = [self.server.stop(grace=self.settings.exit_timeout_secs)]
-        stopping += [server.stop() for server in (self.http, self.metrics_server) if server is not None]
-        await asyncio.gather(*stopping)
+        await self._drain()
         startup.cancel()
         await self.manager.close()
         await asyncio.to_thread(self.tracing.shutdown)
         log.info("server stopped")
         return 0
+
+    async def _drain(self) -> None:
+        """Readiness off, new requests turned away, admitted ones finished (within the exit timeout)."""
+        deadline = time.monotonic() + self.settings.exit_timeout_secs
+        self.state.draining = True
+        await self.health.shut_down()  # NOT_SERVING to Check and to every Watch stream, which then ends
+        grpc_stopped = asyncio.ensure_future(self.server.stop(grace=self.settings.exit_timeout_secs))
+        if self.http is not None:
+            self.http.drain()
+            while self.http.in_flight() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        await grpc_stopped
+        await asyncio.gather(*(server.stop() for server in (self.http, self.metrics_server) if server is not None))
 
     def _startup_names(self) -> list[str]:
         if self.settings.model_control_mode != "explicit" or "*" in self.settings.load_models:

@@ -19,13 +19,14 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
 import uvloop
 
 from kserve_v2 import __version__
+from kserve_v2.restrictions import GROUPS, parse_restrictions
 from kserve_v2.settings import TOKEN_ID_MODES, Settings
 
 ENV_PREFIX = "KSERVE_V2_"
@@ -142,7 +143,63 @@ def _parser() -> argparse.ArgumentParser:
          "bad pings tolerated before the connection is closed (0 = unlimited)", type=int)
     for name, (value, why) in TRITON_FIXED.items():
         flag(name, value, f"Triton's flag; only {str(value).lower()} is accepted: {why}", type=_bool)
+    _network_flags(serve, flag, defaults)
     return parser
+
+
+# ---- connection hygiene, TLS and access control (issue 17: network and access) ----
+
+def _network_flags(serve: argparse.ArgumentParser, flag: Callable[..., None], defaults: Settings) -> None:
+    flag("http-header-timeout-secs", defaults.http_header_timeout_secs,
+         "seconds a request's line and headers may take to arrive (else 408 and close)", type=float)
+    flag("http-body-timeout-secs", defaults.http_body_timeout_secs,
+         "seconds a request body may stall between reads (else 408 and close)", type=float)
+    flag("http-keepalive-timeout-secs", defaults.http_keepalive_timeout_secs,
+         "seconds an idle keep-alive connection stays open", type=float)
+    flag("http-max-connections", defaults.http_max_connections,
+         "open HTTP connections (and requests in progress) beyond which requests get 503", type=int)
+    flag("http-max-header-size", defaults.http_max_header_size,
+         "bytes of request line and headers beyond which a request gets 431 and the connection closes", type=int)
+    flag("http-max-chunks", defaults.http_max_chunks,
+         "chunks one chunked request body may have (Triton's cap; more gets 400 and close)", type=int)
+    for proto in ("grpc", "http"):
+        flag(f"{proto}-use-ssl", getattr(defaults, f"{proto}_use_ssl"), f"serve {proto} over TLS", type=_bool)
+        flag(f"{proto}-use-ssl-mutual", getattr(defaults, f"{proto}_use_ssl_mutual"),
+             f"serve {proto} over mutual TLS: clients need a certificate signed by --{proto}-root-cert", type=_bool)
+        flag(f"{proto}-server-cert", "", f"PEM certificate (chain) of the {proto} server")
+        flag(f"{proto}-server-key", "", f"PEM private key of the {proto} server")
+        flag(f"{proto}-root-cert", "", f"PEM CA certificate(s) that client certificates must chain to ({proto} mTLS)")
+    for name, header in (("grpc-restricted-protocol", "metadata triton-grpc-protocol-<key>"),
+                         ("http-restricted-api", "header <key>")):
+        env = os.environ.get(ENV_PREFIX + name.upper().replace("-", "_"))
+        serve.add_argument(
+            f"--{name}", action="append", metavar="GROUPS:KEY=VALUE", default=env.split(";") if env else None,
+            help=f"calls to these API groups ({', '.join(GROUPS)}) need the {header} with this value "
+            f"(repeat for other groups; env {ENV_PREFIX}{name.upper().replace('-', '_')}, ';'-separated)")
+    flag("api-key", defaults.api_key,
+         "bearer token the semantic and OpenAI routes (/v1/...) require in 'Authorization: Bearer <key>' "
+         "(empty: no token); prefer the environment variable")
+
+
+def _check_network(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    for name in ("http_header_timeout_secs", "http_body_timeout_secs", "http_keepalive_timeout_secs",
+                 "http_max_connections", "http_max_header_size", "http_max_chunks"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be > 0")
+    for proto in ("grpc", "http"):
+        if getattr(args, f"{proto}_use_ssl") or getattr(args, f"{proto}_use_ssl_mutual"):
+            needed = ["server_cert", "server_key"] + (["root_cert"] if getattr(args, f"{proto}_use_ssl_mutual") else [])
+            for part in needed:
+                path = getattr(args, f"{proto}_{part}")
+                if not path or not Path(path).is_file():
+                    parser.error(f"--{proto}-{part.replace('_', '-')} must name a PEM file for TLS, got '{path}'")
+    for name in ("grpc_restricted_protocol", "http_restricted_api"):
+        specs = tuple(getattr(args, name) or ())
+        try:
+            parse_restrictions(specs)
+        except ValueError as err:
+            parser.error(f"--{name.replace('_', '-')}: {err}")
+        setattr(args, name, specs)
 
 
 def parse_settings(argv: Sequence[str]) -> Settings:
@@ -177,6 +234,7 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         if getattr(args, name.replace("-", "_")) != value:
             parser.error(f"--{name}={str(not value).lower()} is not supported: {why}")
     origins = tuple(o.strip() for o in args.cors_allowed_origins.split(",") if o.strip())
+    _check_network(parser, args)
     skip = ("command", "model_repository", "load_model", "cors_allowed_origins", *fixed)
     values = {k: v for k, v in vars(args).items() if k not in skip}
     return Settings(model_repositories=tuple(repositories), load_models=tuple(args.load_model or ()),

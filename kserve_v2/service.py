@@ -169,13 +169,13 @@ class InferenceService:
                 ``infer`` for V2, ``encode``, ``score``, ``extract``, ``embeddings``).
 
         Raises:
-            Unavailable: server exiting or version not ready -> UNAVAILABLE.
+            Unavailable: version not ready -> UNAVAILABLE. (During a drain the transports turn
+                away new requests; one they have admitted, even if it was still uploading when the
+                drain began, runs to the end.)
             NotFound: unknown model or version -> NOT_FOUND.
             InvalidInput: any request check (see ``inference.decode_request``) -> INVALID_ARGUMENT.
             InternalError: ONNX Runtime failed to execute -> INTERNAL.
         """
-        if self._state.draining:
-            raise Unavailable("Server exiting: it has stopped accepting new requests")
         with self._tracing.request("ModelInfer", carrier or {}, request.model_name) as span:
             started = time.time_ns()
             with self._manager.acquire(request.model_name, request.model_version) as model:

@@ -45,3 +45,23 @@ class Settings:
     grpc_http2_max_pings_without_data: int = 2
     grpc_http2_min_recv_ping_interval_without_data: int = 300_000
     grpc_http2_max_ping_strikes: int = 2
+    # ---- connection hygiene, TLS and access control (issue 17: network and access) ----
+    http_header_timeout_secs: float = 10.0
+    http_body_timeout_secs: float = 30.0
+    http_keepalive_timeout_secs: float = 65.0
+    http_max_connections: int = 1000
+    http_max_header_size: int = 32 * 1024
+    http_max_chunks: int = 65_536
+    grpc_use_ssl: bool = False
+    grpc_use_ssl_mutual: bool = False
+    grpc_server_cert: str = ""
+    grpc_server_key: str = ""
+    grpc_root_cert: str = ""
+    http_use_ssl: bool = False
+    http_use_ssl_mutual: bool = False
+    http_server_cert: str = ""
+    http_server_key: str = ""
+    http_root_cert: str = ""
+    grpc_restricted_protocol: tuple[str, ...] = ()
+    http_restricted_api: tuple[str, ...] = ()
+    api_key: str = ""

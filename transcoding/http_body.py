@@ -5,10 +5,16 @@ from __future__ import annotations
 import gzip
 import zlib
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from kserve_v2.errors import InvalidInput, TooLarge
+from kserve_v2.errors import ErrorCode, InvalidInput, ServerError, TooLarge
+
+
+class ClientGone(ServerError):
+    """The connection closed before the body was in: the client left, or a body timeout closed it (499)."""
+
+    code = ErrorCode.CANCELLED
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -17,16 +23,20 @@ async def read_body(request: Request, limit: int) -> bytes:
     Raises:
         TooLarge: over the limit before or after decompression -> 413.
         InvalidInput: corrupt compressed data or an unknown encoding -> 400.
+        ClientGone: the connection closed while the body was read -> 499 (nobody reads it).
     """
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise TooLarge(f"request body of {declared} bytes is over the {limit}-byte limit (--http-max-input-size)")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge(f"request body is over the {limit}-byte limit (--http-max-input-size)")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise TooLarge(f"request body is over the {limit}-byte limit (--http-max-input-size)")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientGone("the connection closed before the request body was received") from None
     body = b"".join(chunks)
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding in ("", "identity"):

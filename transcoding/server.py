@@ -1,17 +1,39 @@
 """Serve the REST application with uvicorn inside the server's own event loop.
 
 The process owns SIGTERM/SIGINT (``kserve_v2.app`` drains gRPC and HTTP together), so uvicorn's
-own signal capture is switched off; ``stop`` asks uvicorn to finish in-flight requests and close.
+own signal capture is switched off. ``drain`` keeps the listener open but answers every new
+request with 503 + ``Retry-After`` (liveness still answers), while requests already received,
+including those still uploading, run to the end; ``stop`` then closes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import ssl
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import uvicorn
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from transcoding.http_limits import ConnectionLimits, LimitedHttpToolsProtocol, protocol_class
+from transcoding.http_status import RETRY_AFTER_S
+
+# Paths that keep answering during the drain: the process is alive until it exits.
+LIVENESS_PATHS = frozenset({"/", "/v2/health/live", "/healthz"})
+EXITING = json.dumps({"error": "Server exiting: it has stopped accepting new requests"}).encode()
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for HTTPS; ``root_cert`` with ``mutual`` makes client certificates mandatory."""
+
+    server_cert: str
+    server_key: str
+    root_cert: str = ""
+    mutual: bool = False
 
 
 class _Server(uvicorn.Server):
@@ -21,11 +43,27 @@ class _Server(uvicorn.Server):
 
 
 class HttpServer:
-    """uvicorn (httptools) serving one ASGI app on ``address:port``."""
+    """uvicorn (httptools, with ``ConnectionLimits``) serving one ASGI app on ``address:port``.
 
-    def __init__(self, app: ASGIApp, address: str, port: int, exit_timeout_secs: int) -> None:
+    Args:
+        keepalive_timeout_s: idle seconds before a keep-alive connection is closed.
+        max_connections: connections (or requests in progress) beyond which requests get 503
+            (uvicorn's ``limit_concurrency``).
+        tls: serve HTTPS (mutual TLS when ``tls.mutual``); None: plain HTTP.
+    """
+
+    def __init__(self, app: ASGIApp, address: str, port: int, exit_timeout_secs: int,
+                 limits: ConnectionLimits | None = None, keepalive_timeout_s: float = 65.0,
+                 max_connections: int | None = None, tls: TlsFiles | None = None) -> None:
+        self._app = app
+        ssl_options = {} if tls is None else {
+            "ssl_certfile": tls.server_cert, "ssl_keyfile": tls.server_key, "ssl_ca_certs": tls.root_cert or None,
+            "ssl_cert_reqs": ssl.CERT_REQUIRED if tls.mutual else ssl.CERT_NONE}
         config = uvicorn.Config(app, host=address, port=port, log_level="warning", access_log=False,
-                                lifespan="off", http="httptools", timeout_graceful_shutdown=exit_timeout_secs)
+                                lifespan="off", http=protocol_class(limits or ConnectionLimits()),
+                                timeout_graceful_shutdown=exit_timeout_secs,
+                                timeout_keep_alive=keepalive_timeout_s, limit_concurrency=max_connections,
+                                **ssl_options)  # type: ignore[arg-type]
         self._server = _Server(config)
         self._task: asyncio.Task[None] | None = None
 
@@ -42,8 +80,41 @@ class HttpServer:
             await asyncio.sleep(0.01)
         return self._server.servers[0].sockets[0].getsockname()[1]
 
+    def drain(self) -> None:
+        """From now on new requests get 503 + Retry-After (liveness paths still answer); requests
+        already received keep the application. Costs nothing per request before it is called."""
+        draining = _DrainingApp(self._app)
+        self._server.config.loaded_app = draining  # connections opened from now on
+        for connection in self._server.server_state.connections:
+            connection.app = draining  # open keep-alive connections; running requests keep theirs
+
+    def in_flight(self) -> int:
+        """HTTP requests whose headers are in and whose response is not complete (uploading, running
+        or sending); WebSocket sessions do not count (``stop`` closes them)."""
+        return sum(1 for connection in self._server.server_state.connections
+                   if isinstance(connection, LimitedHttpToolsProtocol) and connection.cycle is not None
+                   and not connection.cycle.response_complete)
+
     async def stop(self) -> None:
         """Stop accepting connections, let in-flight requests finish, close."""
         self._server.should_exit = True
         if self._task is not None:
             await self._task
+
+
+class _DrainingApp:
+    """The application while draining: liveness passes, every other request gets 503 + Retry-After
+    and a closed connection, WebSockets are refused."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            return await send({"type": "websocket.close", "code": 1012})  # 1012: service restart
+        if scope["type"] != "http" or scope["path"] in LIVENESS_PATHS:
+            return await self._app(scope, receive, send)
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(EXITING)).encode()),
+                   (b"retry-after", str(RETRY_AFTER_S).encode()), (b"connection", b"close")]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": EXITING})

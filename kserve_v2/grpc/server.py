@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
-from grpc_health.v1 import health, health_pb2_grpc
+from grpc_health.v1 import health_pb2_grpc
 
 from kserve_v2._proto import grpc_service_pb2_grpc as pb_grpc
+from kserve_v2.grpc.access import RestrictedProtocolInterceptor
+from kserve_v2.grpc.health import DrainingHealthServicer
 from kserve_v2.grpc.servicer import Servicer
+from kserve_v2.restrictions import parse_restrictions
 from kserve_v2.service import InferenceService
 from kserve_v2.settings import Settings
 
@@ -15,14 +20,15 @@ MAX_MESSAGE_BYTES = 2**31 - 1
 SERVICE_NAME = "inference.GRPCInferenceService"
 
 
-def build_server(service: InferenceService, settings: Settings) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
-    """Create the server and bind its port (not started).
+def build_server(service: InferenceService, settings: Settings) -> tuple[grpc.aio.Server, DrainingHealthServicer, int]:
+    """Create the server and bind its port (not started): TLS or mTLS and restricted groups as set.
 
     Returns:
         (server, health servicer, bound port) - the port differs from the setting when it is 0.
 
     Raises:
         RuntimeError: the address cannot be bound.
+        OSError: a certificate or key file cannot be read.
     """
     options = [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -35,9 +41,28 @@ def build_server(service: InferenceService, settings: Settings) -> tuple[grpc.ai
         ("grpc.http2.max_ping_strikes", settings.grpc_http2_max_ping_strikes),
         ("grpc.so_reuseport", 0),
     ]
-    server = grpc.aio.server(options=options)
+    restrictions = parse_restrictions(settings.grpc_restricted_protocol)
+    interceptors = [RestrictedProtocolInterceptor(restrictions)] if restrictions else []  # none: no per-call cost
+    server = grpc.aio.server(options=options, interceptors=interceptors)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(service), server)
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = DrainingHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = server.add_insecure_port(f"{settings.grpc_address}:{settings.grpc_port}")
+    address = f"{settings.grpc_address}:{settings.grpc_port}"
+    credentials = server_credentials(settings)
+    port = server.add_insecure_port(address) if credentials is None else server.add_secure_port(address, credentials)
     return server, health_servicer, port
+
+
+def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    """TLS credentials from Triton's flags (``--grpc-use-ssl``, ``--grpc-use-ssl-mutual``, which wins,
+    ``--grpc-server-cert``, ``--grpc-server-key``, ``--grpc-root-cert``), or None for plaintext.
+
+    With mutual TLS a client must present a certificate that chains to the root certificate;
+    otherwise the handshake fails (the client sees UNAVAILABLE).
+    """
+    mutual = settings.grpc_use_ssl_mutual
+    if not (settings.grpc_use_ssl or mutual):
+        return None
+    pair = (Path(settings.grpc_server_key).read_bytes(), Path(settings.grpc_server_cert).read_bytes())
+    root = Path(settings.grpc_root_cert).read_bytes() if settings.grpc_root_cert else None
+    return grpc.ssl_server_credentials([pair], root_certificates=root if mutual else None, require_client_auth=mutual)

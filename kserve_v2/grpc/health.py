@@ -1,0 +1,50 @@
+"""grpc.health.v1 with a drain that ends Watch streams (the reference servicer keeps them open).
+
+grpcio-health-checking's asyncio servicer sends NOT_SERVING to watchers on
+``enter_graceful_shutdown`` but keeps every Watch stream open, so ``server.stop(grace)`` waits the
+whole grace period for them. Here a Watch returns (status OK) once it has sent the status it sees
+during shutdown, and ``shut_down`` wakes every watcher, including those of unknown services.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import grpc
+from grpc_health.v1 import health, health_pb2
+
+
+class DrainingHealthServicer(health.aio.HealthServicer):
+    """``grpc.health.v1.Health`` (Check and Watch) whose Watch streams end when the server drains."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._watching: Counter[str] = Counter()  # open Watch streams per service name
+
+    async def Watch(self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext) -> None:
+        """Send the service's status now and on every change; end after the status sent while shutting down."""
+        condition = self._server_watchers[request.service]
+        self._watching[request.service] += 1
+        last_status = None
+        try:
+            async with condition:
+                while True:
+                    status = self._server_status.get(request.service, health_pb2.HealthCheckResponse.SERVICE_UNKNOWN)
+                    if status != last_status:
+                        await context.write(health_pb2.HealthCheckResponse(status=status))
+                        last_status = status
+                    if self._gracefully_shutting_down:
+                        return
+                    await condition.wait()
+        finally:  # no state stays behind for a name nobody watches any more
+            self._watching[request.service] -= 1
+            if not self._watching[request.service]:
+                del self._watching[request.service]
+                self._server_watchers.pop(request.service, None)
+
+    async def shut_down(self) -> None:
+        """Every service NOT_SERVING from now on; every Watch stream gets it and ends."""
+        await self.enter_graceful_shutdown()
+        for condition in list(self._server_watchers.values()):
+            async with condition:
+                condition.notify_all()
