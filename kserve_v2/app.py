@@ -2,7 +2,7 @@
 
 Lifecycle (``hardening-notes.md`` pain point 7): the port opens first (live, not ready); startup
 models load; readiness turns on. On SIGTERM/SIGINT readiness and grpc.health.v1 turn NOT_SERVING at
-once and Watch streams end; gRPC stops taking calls (new ones get UNAVAILABLE) while REST keeps
+once and Watch streams end, as do inference streams once their requests are answered; gRPC stops taking calls (new ones get UNAVAILABLE) while REST keeps
 answering new requests with 503 + Retry-After; requests already admitted, including those still
 uploading, get up to ``exit_timeout_secs`` to finish; the process goes on as soon as none is left,
 models unload, exit 0.
@@ -68,7 +68,7 @@ class App:
         memory = SharedMemoryRegistry() if settings.allow_client_shm else None
         self.service = InferenceService(self.manager, self.state, settings.server_name, settings.model_control_mode,
                                         metrics, self.tracing, memory)
-        self.server, self.health, self.grpc_port = build_server(self.service, settings)
+        self.server, self.health, self.servicer, self.grpc_port = build_server(self.service, settings)
         self.http: HttpServer | None = None
         limits = ConnectionLimits(settings.http_header_timeout_secs, settings.http_body_timeout_secs,
                                   settings.http_max_header_size, settings.http_max_chunks)
@@ -135,6 +135,7 @@ class App:
         deadline = time.monotonic() + self.settings.exit_timeout_secs
         self.state.draining = True
         await self.health.shut_down()  # NOT_SERVING to Check and to every Watch stream, which then ends
+        self.servicer.drain()  # open ModelStreamInfer streams end once their requests are answered
         grpc_stopped = asyncio.ensure_future(self.server.stop(grace=self.settings.exit_timeout_secs))
         if self.http is not None:
             self.http.drain()

@@ -20,11 +20,13 @@ MAX_MESSAGE_BYTES = 2**31 - 1
 SERVICE_NAME = "inference.GRPCInferenceService"
 
 
-def build_server(service: InferenceService, settings: Settings) -> tuple[grpc.aio.Server, DrainingHealthServicer, int]:
+def build_server(service: InferenceService, settings: Settings
+                 ) -> tuple[grpc.aio.Server, DrainingHealthServicer, Servicer, int]:
     """Create the server and bind its port (not started): TLS or mTLS and restricted groups as set.
 
     Returns:
-        (server, health servicer, bound port) - the port differs from the setting when it is 0.
+        (server, health servicer, inference servicer, bound port) - the port differs from the
+        setting when it is 0.
 
     Raises:
         RuntimeError: the address cannot be bound.
@@ -44,13 +46,14 @@ def build_server(service: InferenceService, settings: Settings) -> tuple[grpc.ai
     restrictions = parse_restrictions(settings.grpc_restricted_protocol)
     interceptors = [RestrictedProtocolInterceptor(restrictions)] if restrictions else []  # none: no per-call cost
     server = grpc.aio.server(options=options, interceptors=interceptors)
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(service), server)
+    servicer = Servicer(service)
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     health_servicer = DrainingHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     address = f"{settings.grpc_address}:{settings.grpc_port}"
     credentials = server_credentials(settings)
     port = server.add_insecure_port(address) if credentials is None else server.add_secure_port(address, credentials)
-    return server, health_servicer, port
+    return server, health_servicer, servicer, port
 
 
 def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:

@@ -24,6 +24,7 @@ Resp = TypeVar("Resp")
 
 # Requests of one stream executed at once; further requests wait to be read (backpressure).
 STREAM_WINDOW = 64
+_DRAIN = "server draining"  # the cancel message that ends a stream's reading, not the stream
 
 
 async def _call(context: grpc.aio.ServicerContext, method: Callable[[Req], Resp | Awaitable[Resp]], request: Req) -> Resp:
@@ -39,6 +40,13 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def __init__(self, service: InferenceService) -> None:
         self._service = service
+        self._readers: set[asyncio.Task[None]] = set()  # one per open ModelStreamInfer stream
+
+    def drain(self) -> None:
+        """Stop reading every open ModelStreamInfer stream: each ends (status OK) once the requests
+        it has read are answered, so an idle stream does not hold the shutdown."""
+        for reader in self._readers:
+            reader.cancel(_DRAIN)
 
     async def ServerLive(self, request, context):
         return await _call(context, self._service.server_live, request)
@@ -102,7 +110,8 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Run a stream's requests concurrently (up to STREAM_WINDOW) and send each result as it completes."""
+        """Run a stream's requests concurrently (up to STREAM_WINDOW) and send each result as it completes;
+        after ``drain`` read no more requests and end once those read are answered."""
         done: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         window = asyncio.Semaphore(STREAM_WINDOW)
         running: set[asyncio.Task[None]] = set()
@@ -124,17 +133,27 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
 
         async def read() -> None:
             try:
-                async for request in request_iterator:
-                    await window.acquire()
-                    task = asyncio.create_task(one(request))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
+                try:
+                    while True:
+                        await window.acquire()  # a drain may cancel here or below: no request is lost
+                        try:
+                            request = await anext(request_iterator)
+                        except StopAsyncIteration:
+                            break
+                        task = asyncio.create_task(one(request))
+                        running.add(task)
+                        task.add_done_callback(running.discard)
+                except asyncio.CancelledError as err:
+                    if err.args != (_DRAIN,):
+                        raise  # the client went away: the generator's finally cancels the running requests
                 if running:
                     await asyncio.gather(*running)
             finally:
                 done.put_nowait(None)
 
         reader = asyncio.create_task(read())
+        self._readers.add(reader)
+        reader.add_done_callback(self._readers.discard)
         try:
             while (response := await done.get()) is not None:
                 yield response

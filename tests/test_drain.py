@@ -1,0 +1,124 @@
+"""Drain on SIGTERM as documented: NOT_SERVING at once, Watch streams end, new requests turned away
+with UNAVAILABLE / 503 + Retry-After, admitted requests (still uploading too) complete, prompt exit."""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import socket
+import threading
+import time
+
+import numpy as np
+import requests
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from helpers import EXAMPLES, add_model, identity_model, start_server
+
+SIMPLE = {"inputs": [{"name": f"INPUT{i}", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16} for i in range(2)]}
+
+
+def test_watch_gets_not_serving_then_ends_and_an_idle_server_exits_at_once(tmp_path) -> None:
+    server = start_server(EXAMPLES, tmp_path)  # --exit-timeout-secs stays at its 30 s default
+    with grpc.insecure_channel(server.url) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        watches = [stub.Watch(health_pb2.HealthCheckRequest(service=name)) for name in ("", "no.such.Service")]
+        assert next(watches[0]).status == health_pb2.HealthCheckResponse.SERVING
+        assert next(watches[1]).status == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+        started = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        assert [m.status for m in watches[0]] == [health_pb2.HealthCheckResponse.NOT_SERVING]  # then the stream ends
+        assert list(watches[1]) == []
+        assert server.proc.wait(timeout=60) == 0
+    assert time.monotonic() - started < 10, server.log()  # was the whole 30 s exit timeout
+
+
+def _upload_start(port: int, body: bytes) -> socket.socket:
+    """An infer request whose headers and first half of the body are sent; the rest is held back."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+    sock.sendall(b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body[:len(body) // 2])
+    return sock
+
+
+def _upload_finish(sock: socket.socket, body: bytes) -> bytes:
+    sock.sendall(body[len(body) // 2:])
+    data = b""
+    while chunk := sock.recv(1 << 20):
+        data += chunk
+    sock.close()
+    return data
+
+
+def test_drain_finishes_uploads_and_turns_new_requests_away(tmp_path) -> None:
+    repository = tmp_path / "repo"
+    add_model(repository, "identity", identity_model(1))  # FP32 [batch, n]
+    server = start_server(repository, tmp_path, "--exit-timeout-secs", "60", "--http-body-timeout-secs", "300")
+    base = f"http://{server.http_url}"
+    data = np.arange(500_000, dtype=np.float32).reshape(1, -1) / 7  # 2 MB as binary, ~5 MB as JSON
+    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": list(data.shape), "datatype": "FP32",
+                                   "data": data.ravel().tolist()}]}).encode()
+    uploads = [_upload_start(server.http_port, body) for _ in range(4)]
+    grpc_results: queue.Queue = queue.Queue()
+    with grpcclient.InferenceServerClient(server.url) as client:
+        tensor = grpcclient.InferInput("INPUT0", list(data.shape), "FP32")
+        tensor.set_data_from_numpy(data)
+        client.infer("identity", [tensor])  # connected and warm
+        keep_alive = requests.Session()
+        assert keep_alive.get(f"{base}/v2/health/ready", timeout=30).status_code == 200  # an open keep-alive connection
+        for _ in range(8):
+            client.async_infer("identity", [tensor], callback=lambda result, error: grpc_results.put((result, error)))
+        server.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while "readiness off" not in server.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        # new requests during the drain: REST answers 503 + Retry-After (on a new or a kept-alive connection)
+        for session in (requests, keep_alive):
+            busy = session.post(f"{base}/v2/models/identity/infer", json=SIMPLE, timeout=30)  # type: ignore[attr-defined]
+            assert busy.status_code == 503 and busy.headers["Retry-After"] == "1", busy.text
+            assert "Server exiting" in busy.json()["error"]
+        assert requests.get(f"{base}/v2/health/ready", timeout=30).status_code == 503
+        assert requests.get(f"{base}/v2/health/live", timeout=30).status_code == 200
+        with grpcclient.InferenceServerClient(server.url) as late:  # gRPC: a new call gets UNAVAILABLE
+            try:
+                late.is_server_ready(client_timeout=10)
+                raise AssertionError("a new gRPC call was served during the drain")
+            except InferenceServerException as err:
+                assert err.status() == "StatusCode.UNAVAILABLE"
+        # the uploads that began before SIGTERM complete
+        for sock in uploads:
+            answer = _upload_finish(sock, body)
+            assert answer.startswith(b"HTTP/1.1 200 "), answer[:300]
+            assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["outputs"][0]["shape"] == list(data.shape)
+        got = [grpc_results.get(timeout=60) for _ in range(8)]
+    assert [error for _, error in got] == [None] * 8, [str(e) for _, e in got if e]
+    for result, _ in got:
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+    assert server.proc.wait(timeout=60) == 0
+    assert "server stopped" in server.log()
+
+
+def test_open_stream_does_not_hold_the_exit(tmp_path) -> None:
+    server = start_server(EXAMPLES, tmp_path)
+    results: queue.Queue = queue.Queue()
+    with grpcclient.InferenceServerClient(server.url) as client:
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        inputs = [grpcclient.InferInput(f"INPUT{i}", [1, 16], "INT32") for i in range(2)]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
+        client.async_stream_infer("simple", inputs)
+        result, error = results.get(timeout=30)
+        assert error is None and result.as_numpy("OUTPUT0").tolist() == [[2] * 16]
+        started = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        exited = threading.Event()
+        threading.Thread(target=lambda: (server.proc.wait(), exited.set()), daemon=True).start()
+        assert exited.wait(timeout=20), "an idle open stream held the shutdown"
+        client.stop_stream()
+    assert server.proc.returncode == 0 and time.monotonic() - started < 20
