@@ -10,12 +10,13 @@ CVE-2025-23310 chunk flood):
 - body idle timeout: once the headers are in, the body may not stall for longer than
   ``body_timeout_s`` between reads (nginx's ``client_body_timeout``); otherwise 408 and close
   (a ``Content-Length`` that promises more than is sent);
-- header size: more than ``max_header_bytes`` of request line and headers gives 431 and close;
+- header size: a request line and headers over ``max_header_bytes`` give 431 and close (checked
+  per read while the headers are incomplete, and exactly when they end);
 - chunk count: more than ``max_chunks`` chunks in one chunked body gives 400 and close (Triton's
   ``kMaxChunkedChunks`` of 65,536).
 
-Nothing here runs per request unless the request breaks a rule, except two timer operations and
-one counter per request and one per chunk.
+Per request this costs a few timestamps and counters; one watchdog timer per connection checks the
+deadlines.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class ConnectionLimits:
     max_chunks: int = 65_536
 
 
+_IDLE, _HEADERS, _BODY = 0, 1, 2  # what a connection waits for: nothing (keep-alive), headers, body
+
+
 class _Rejected(Exception):
     """Raised inside a parser callback to stop parsing; the status is sent by ``send_400_response``."""
 
@@ -48,57 +52,62 @@ def protocol_class(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's HttpToolsProtocol with a header deadline, a body idle timeout, header and chunk caps."""
+    """uvicorn's HttpToolsProtocol with a header deadline, a body idle timeout, header and chunk caps.
+
+    One watchdog timer per connection checks the deadlines; a request only records timestamps.
+    """
 
     limits: ConnectionLimits = ConnectionLimits()
-    _deadline: asyncio.TimerHandle | None = None
-    _body_at = 0.0
+    _watchdog: asyncio.TimerHandle | None = None
+    _phase = _IDLE
+    _since = 0.0  # when the headers began, or when body data last came
     _header_bytes = 0
     _chunks = 0
     _reject: tuple[int, str] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm(self.limits.header_timeout_s, self._header_timed_out)
+        self._phase, self._since = _HEADERS, self.loop.time()  # the first request's headers are due
+        self._watchdog = self.loop.call_later(self.limits.header_timeout_s, self._check)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         super().connection_lost(exc)
 
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._header_bytes = 0
-        self._chunks = 0
-        if self._deadline is None:  # a keep-alive connection's next request
-            self._arm(self.limits.header_timeout_s, self._header_timed_out)
-
-    def on_url(self, url: bytes) -> None:
-        self._count_header_bytes(len(url))
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_header_bytes(len(name) + len(value))
-        super().on_header(name, value)
+    def data_received(self, data: bytes) -> None:
+        phase = self._phase
+        if phase == _BODY:
+            self._since = self.loop.time()  # body data came
+        else:
+            if phase == _IDLE:  # a keep-alive connection's next request begins
+                self._phase, self._since = _HEADERS, self.loop.time()
+            self._header_bytes += len(data)
+        super().data_received(data)
+        if self._phase == _HEADERS and self._header_bytes > self.limits.max_header_bytes:
+            self._respond(431, f"request line and headers are over {self.limits.max_header_bytes} bytes")
 
     def on_headers_complete(self) -> None:
-        self._disarm()
-        self._body_at = self.loop.time()
+        if self._header_bytes > self.limits.max_header_bytes and (  # the reads held more: count exactly
+                len(self.url) + sum(len(name) + len(value) for name, value in self.headers) > self.limits.max_header_bytes):
+            self._reject = (431, f"request line and headers are over {self.limits.max_header_bytes} bytes")
+            raise _Rejected(self._reject[1])  # httptools stops parsing; uvicorn then calls send_400_response
+        self._phase, self._since = _BODY, self.loop.time()
+        self._header_bytes = self._chunks = 0
         super().on_headers_complete()
-        if self.parser.should_upgrade():
-            return  # a WebSocket: the connection now belongs to uvicorn's WebSocket protocol
-        self._arm(self.limits.body_timeout_s, self._body_timed_out)
-
-    def on_body(self, body: bytes) -> None:
-        self._body_at = self.loop.time()
-        super().on_body(body)
+        if self.parser.should_upgrade():  # a WebSocket: the connection now belongs to uvicorn's WebSocket protocol
+            self._phase = _IDLE
+            if self._watchdog is not None:
+                self._watchdog.cancel()
 
     def on_chunk_header(self) -> None:
         self._chunks += 1
         if self._chunks > self.limits.max_chunks + 1:  # the last, empty chunk ends the body
-            self._stop(400, f"request body has more than {self.limits.max_chunks} chunks")
+            self._reject = (400, f"request body has more than {self.limits.max_chunks} chunks")
+            raise _Rejected(self._reject[1])
 
     def on_message_complete(self) -> None:
-        self._disarm()
+        self._phase = _IDLE
         super().on_message_complete()
 
     def send_400_response(self, msg: str) -> None:
@@ -109,38 +118,19 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     # ---- helpers ---------------------------------------------------------------------------
 
-    def _count_header_bytes(self, size: int) -> None:
-        self._header_bytes += size
-        if self._header_bytes > self.limits.max_header_bytes:
-            self._stop(431, f"request line and headers are over {self.limits.max_header_bytes} bytes")
-
-    def _stop(self, status: int, text: str) -> None:
-        self._reject = (status, text)
-        raise _Rejected(text)  # httptools stops parsing; uvicorn then calls send_400_response
-
-    def _arm(self, delay: float, callback: object) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(delay, callback)  # type: ignore[arg-type]
-
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _header_timed_out(self) -> None:
-        self._deadline = None
-        if self.cycle is not None and not self.cycle.response_complete:  # a pipelined request: answer later
-            self._arm(self.limits.header_timeout_s, self._header_timed_out)
+    def _check(self) -> None:
+        """The watchdog: answer 408 and close past a deadline, else look again when the next one is due."""
+        now = self.loop.time()
+        if self._phase == _BODY and self.flow.read_paused:
+            self._since = now  # the application is not reading yet: the client is not the one stalling
+        limit = self.limits.body_timeout_s if self._phase == _BODY else self.limits.header_timeout_s
+        waited = now - self._since
+        if self._phase != _IDLE and waited >= limit:
+            self._watchdog = None
+            self._respond(408, f"request headers not received within {limit:g} s" if self._phase == _HEADERS
+                          else f"request body stalled for {limit:g} s")
             return
-        self._respond(408, f"request headers not received within {self.limits.header_timeout_s:g} s")
-
-    def _body_timed_out(self) -> None:
-        self._deadline = None
-        idle = self.loop.time() - self._body_at
-        if idle < self.limits.body_timeout_s or self.flow.read_paused:  # data came, or the app is not reading
-            self._arm(max(self.limits.body_timeout_s - idle, 0.05), self._body_timed_out)
-            return
-        self._respond(408, f"request body stalled for {self.limits.body_timeout_s:g} s")
+        self._watchdog = self.loop.call_later(limit - waited if self._phase != _IDLE else limit, self._check)
 
     def _respond(self, status: int, text: str) -> None:
         """Answer ``status`` with a JSON error body (unless a response has started) and close."""
