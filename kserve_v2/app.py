@@ -142,7 +142,8 @@ class App:
             while self.http.in_flight() and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
         await grpc_stopped
-        await asyncio.gather(*(server.stop() for server in (self.http, self.metrics_server) if server is not None))
+        grace = deadline - time.monotonic()  # the exit timeout bounds the whole drain
+        await asyncio.gather(*(server.stop(grace) for server in (self.http, self.metrics_server) if server is not None))
 
     def _startup_names(self) -> list[str]:
         if self.settings.model_control_mode != "explicit" or "*" in self.settings.load_models:

@@ -122,3 +122,16 @@ def test_open_stream_does_not_hold_the_exit(tmp_path) -> None:
         assert exited.wait(timeout=20), "an idle open stream held the shutdown"
         client.stop_stream()
     assert server.proc.returncode == 0 and time.monotonic() - started < 20
+
+
+def test_exit_timeout_bounds_a_rest_upload_that_never_ends(tmp_path) -> None:
+    server = start_server(EXAMPLES, tmp_path, "--exit-timeout-secs", "2", "--http-body-timeout-secs", "300")
+    body = json.dumps(SIMPLE).encode()
+    stuck = socket.create_connection(("127.0.0.1", server.http_port), timeout=60)
+    stuck.sendall(b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (len(body) + 10) + body)
+    time.sleep(0.5)
+    started = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=60) == 0
+    assert time.monotonic() - started < 12  # 2 s, once, not the exit timeout twice or the body timeout
+    stuck.close()

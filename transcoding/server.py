@@ -95,8 +95,11 @@ class HttpServer:
                    if isinstance(connection, LimitedHttpToolsProtocol) and connection.cycle is not None
                    and not connection.cycle.response_complete)
 
-    async def stop(self) -> None:
-        """Stop accepting connections, let in-flight requests finish, close."""
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop accepting connections, let in-flight requests finish (within ``grace_s``, by default
+        the exit timeout given at construction), close; requests still running then are cancelled."""
+        if grace_s is not None:
+            self._server.config.timeout_graceful_shutdown = max(grace_s, 0.0)  # type: ignore[assignment]
         self._server.should_exit = True
         if self._task is not None:
             await self._task
