@@ -177,8 +177,17 @@ def test_bearer_token_guards_the_semantic_and_openai_routes(restricted_server: S
     assert requests.get(f"http://{restricted_server.http_url}/v2/health/live", timeout=30).status_code == 200
 
 
-def test_unknown_restricted_group_refuses_to_start(tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, "-m", "kserve_v2", "serve", "--model-repository", str(EXAMPLES),
-                          "--http-restricted-api", "model-reposit:k=v"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60)
-    assert run.returncode != 0 and "unknown restricted api 'model-reposit'" in run.stderr
+@pytest.mark.parametrize(("args", "message"), [
+    (["--http-restricted-api", "model-reposit:k=v"], "unknown restricted api 'model-reposit'"),
+    (["--grpc-restricted-protocol", "health:a=1", "--grpc-restricted-protocol", "health,inference:b=2"],
+     "restricted api 'health' is given more than once"),
+    (["--grpc-restricted-protocol", "inference"], "is not <group>[,<group>...]:<key>=<value>"),
+    (["--grpc-use-ssl", "true"], "--grpc-server-cert must name a PEM file"),
+    (["--http-use-ssl-mutual", "true", "--http-server-cert", "README.md", "--http-server-key", "README.md"],
+     "--http-root-cert must name a PEM file"),
+    (["--http-header-timeout-secs", "0"], "--http-header-timeout-secs must be > 0"),
+])
+def test_bad_network_flags_refuse_to_start(args: list[str], message: str) -> None:
+    run = subprocess.run([sys.executable, "-m", "kserve_v2", "serve", "--model-repository", str(EXAMPLES), *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and message in run.stderr, run.stderr
