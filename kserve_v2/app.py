@@ -41,6 +41,7 @@ from transcoding.server import HttpServer, TlsFiles
 
 log = logging.getLogger(__name__)
 LIVE_SERVICE = "live"  # grpc.health.v1 service name of liveness, for Kubernetes' gRPC liveness probe
+GRPC_PICKUP_S = 0.2  # on SIGTERM, seconds gRPC goes on picking up calls that arrived before it
 
 
 class App:
@@ -136,9 +137,13 @@ class App:
         self.state.draining = True
         await self.health.shut_down()  # NOT_SERVING to Check and to every Watch stream, which then ends
         self.servicer.drain()  # open ModelStreamInfer streams end once their requests are answered
-        grpc_stopped = asyncio.ensure_future(self.server.stop(grace=self.settings.exit_timeout_secs))
         if self.http is not None:
             self.http.drain()
+        # gRPC's shutdown drops calls whose headers are in but that the server has not picked up yet;
+        # a moment first lets calls sent before SIGTERM be picked up (and then run to the end).
+        await asyncio.sleep(GRPC_PICKUP_S)
+        grpc_stopped = asyncio.ensure_future(self.server.stop(grace=self.settings.exit_timeout_secs))
+        if self.http is not None:
             while self.http.in_flight() and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
         await grpc_stopped

@@ -19,8 +19,8 @@ SIMPLE_BODY = json.dumps({"inputs": [
 
 @pytest.fixture(scope="module")
 def strict_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start_server(EXAMPLES, tmp_path_factory.mktemp("logs"), "--http-header-timeout-secs", "1",
-                          "--http-body-timeout-secs", "1", "--http-keepalive-timeout-secs", "1",
+    server = start_server(EXAMPLES, tmp_path_factory.mktemp("logs"), "--http-header-timeout-secs", "2",
+                          "--http-body-timeout-secs", "2", "--http-keepalive-timeout-secs", "2",
                           "--http-max-header-size", "8192")
     yield server
     assert server.stop() == 0
@@ -53,7 +53,7 @@ def test_slowloris_connections_get_408_and_are_closed(strict_server: Server) -> 
         sock.sendall(b"X-Drip: 1\r\n")  # dripping does not extend the deadline
     answers = [_read_to_close(sock, 30) for sock in sockets]
     assert all(data.startswith(b"HTTP/1.1 408 ") for data, _ in answers), answers[0]
-    assert max(seconds for _, seconds in answers) < 15  # the deadline is 1 s; generous for a loaded machine
+    assert max(seconds for _, seconds in answers) < 20  # the deadline is 2 s; generous for a loaded machine
     for sock in sockets:
         sock.close()
     _simple_ok(strict_server)
@@ -62,7 +62,7 @@ def test_slowloris_connections_get_408_and_are_closed(strict_server: Server) -> 
 def test_connection_that_sends_nothing_is_closed(strict_server: Server) -> None:
     with _connect(strict_server) as sock:
         data, seconds = _read_to_close(sock, 30)
-    assert data.startswith(b"HTTP/1.1 408 ") and seconds < 15
+    assert data.startswith(b"HTTP/1.1 408 ") and seconds < 20
 
 
 def test_short_body_gets_408_within_the_body_timeout(strict_server: Server) -> None:
@@ -71,7 +71,7 @@ def test_short_body_gets_408_within_the_body_timeout(strict_server: Server) -> N
                      b"Content-Length: 100000\r\n\r\n" + SIMPLE_BODY)  # promises far more than it sends
         data, seconds = _read_to_close(sock, 30)
     assert data.startswith(b"HTTP/1.1 408 "), data
-    assert b"stalled" in data and seconds < 15
+    assert b"stalled" in data and seconds < 20
     _simple_ok(strict_server)
     assert "Traceback" not in strict_server.log()
 
@@ -81,7 +81,7 @@ def test_idle_keep_alive_connection_is_closed(strict_server: Server) -> None:
         sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
         data, seconds = _read_to_close(sock, 30)
     assert data.startswith(b"HTTP/1.1 200 ") and b"connection: close" not in data.lower()  # a kept-alive answer
-    assert seconds < 15  # then closed after the 1 s idle timeout
+    assert seconds < 20  # then closed after the 2 s idle timeout
 
 
 def test_oversized_headers_get_431(strict_server: Server) -> None:
@@ -101,9 +101,10 @@ def _chunked(body: bytes, chunks: int) -> bytes:
 @pytest.mark.parametrize(("chunks", "status"), [(65_536, b"200"), (65_537, b"400")])
 def test_chunk_cap_is_tritons(strict_server: Server, chunks: int, status: bytes) -> None:
     body = SIMPLE_BODY + b" " * (65_537 - len(SIMPLE_BODY))  # JSON allows trailing white space
+    request = (b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + _chunked(body, chunks))
     with _connect(strict_server) as sock:
-        sock.sendall(b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + _chunked(body, chunks))
+        sock.sendall(request)
         data, _ = _read_to_close(sock, 60)
     assert data.startswith(b"HTTP/1.1 " + status), data[:300]
     if status == b"400":
