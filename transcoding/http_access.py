@@ -8,7 +8,7 @@ no request does any work here).
   '<key>'"}`` (Triton's http_server.cc answer). Paths map onto Triton's groups as its HTTP routes do.
 - ``--api-key``: the semantic and OpenAI routes (``/v1/...``) need ``Authorization: Bearer <key>``,
   as the OpenAI SDK sends it; a missing or wrong token gets 401 with ``WWW-Authenticate: Bearer``
-  and OpenAI's error body (``{"error": {"message", "type", "code"}}``, OpenAI API reference, Errors).
+  and OpenAI's error body (``{"error": {"message", "type", "param", "code"}}``, OpenAI API reference, Errors).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class AccessMiddleware:
         self._token = f"Bearer {api_key}".encode() if api_key else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["method"] == "OPTIONS":  # CORS preflights carry no credentials
             return await self._app(scope, receive, send)
         path: str = scope["path"]
         headers = dict(scope["headers"])  # lower-case names (ASGI)
@@ -66,7 +66,7 @@ class AccessMiddleware:
         if self._token is not None and path.startswith("/v1/") and not hmac.compare_digest(
                 headers.get(b"authorization", b""), self._token):
             body = {"error": {"message": "Missing or invalid API key: send 'Authorization: Bearer <key>'",
-                              "type": "invalid_request_error", "code": "invalid_api_key"}}
+                              "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
             return await _reply(send, 401, body, {"www-authenticate": "Bearer"})
         await self._app(scope, receive, send)
 
