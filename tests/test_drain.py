@@ -18,7 +18,7 @@ from tritonclient.utils import InferenceServerException
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from helpers import EXAMPLES, add_model, identity_model, start_server
+from helpers import EXAMPLES, add_model, identity_model, matmul_model, start_server
 
 SIMPLE = {"inputs": [{"name": f"INPUT{i}", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16} for i in range(2)]}
 
@@ -135,3 +135,27 @@ def test_exit_timeout_bounds_a_rest_upload_that_never_ends(tmp_path) -> None:
     assert server.proc.wait(timeout=60) == 0
     assert time.monotonic() - started < 12  # 2 s, once, not the exit timeout twice or the body timeout
     stuck.close()
+
+
+def test_stream_answers_what_it_read_then_ends(tmp_path) -> None:
+    repository = tmp_path / "repo"
+    config = ('max_batch_size: 0\ninput [{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1, 1024] }]\n'
+              'instance_group [{ kind: KIND_CPU count: 1 }]\n')
+    add_model(repository, "slow", matmul_model(1024, depth=40), config)
+    server = start_server(repository, tmp_path)
+    results: queue.Queue = queue.Queue()
+    data = np.ones((256, 1024), dtype=np.float32)
+    with grpcclient.InferenceServerClient(server.url) as client:
+        tensor = grpcclient.InferInput("INPUT0", list(data.shape), "FP32")
+        tensor.set_data_from_numpy(data)
+        client.infer("slow", [tensor])  # warm up
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        for _ in range(3):
+            client.async_stream_infer("slow", [tensor])
+        time.sleep(0.3)  # read by the server, running one at a time
+        server.proc.send_signal(signal.SIGTERM)
+        got = [results.get(timeout=60) for _ in range(3)]
+        client.stop_stream()
+    assert [error for _, error in got] == [None] * 3, [str(e) for _, e in got if e]
+    assert all(result.as_numpy("OUTPUT0").shape == data.shape for result, _ in got)
+    assert server.proc.wait(timeout=60) == 0
