@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, disable_creat
 
 from kserve_v2.grpc.server import SERVICE_NAME, build_server
 from kserve_v2.gpu import GpuCollector
+from kserve_v2.log_settings import LogSettings
 from kserve_v2.metrics import InferenceMetrics, ModelStateCollector
 from kserve_v2.repository import poller
 from kserve_v2.repository.manager import ModelManager
@@ -67,8 +68,10 @@ class App:
             ModelStateCollector(self.manager, registry)
         self.tracing = Tracing(settings.trace_otlp_endpoint or None, settings.server_name)
         memory = SharedMemoryRegistry() if settings.allow_client_shm else None
+        logs = LogSettings(settings.log_verbose)
+        logs.install()
         self.service = InferenceService(self.manager, self.state, settings.server_name, settings.model_control_mode,
-                                        metrics, self.tracing, memory)
+                                        metrics, self.tracing, memory, logs)
         self.server, self.health, self.servicer, self.grpc_port = build_server(self.service, settings)
         self.http: HttpServer | None = None
         limits = ConnectionLimits(settings.http_header_timeout_secs, settings.http_body_timeout_secs,

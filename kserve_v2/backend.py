@@ -36,6 +36,8 @@ class Execution:
         tokens: tokens the model processed (0 for tensor models).
         executions: model executions this result accounts for (a batch's members share one,
             counted on its first member).
+        batch_size: rows (or texts) of the execution this result came from, when the dynamic
+            batcher merged requests; 0 means the request's own batch size.
     """
 
     outputs: list[np.ndarray]
@@ -43,6 +45,7 @@ class Execution:
     post_ns: int = 0
     tokens: int = 0
     executions: int = 1
+    batch_size: int = 0
 
 
 class Executable(Protocol):

@@ -113,6 +113,13 @@ def _decode_inputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: Share
     by_name = {t.name: t for t in spec.inputs}
     raw = request.raw_input_contents
     in_memory = [_memory_reference(sent.parameters, f"input '{sent.name}'", memory) for sent in request.inputs]
+    for sent, reference in zip(request.inputs, in_memory, strict=True):  # before any count (Triton's order)
+        if sent.HasField("contents") and reference is not None:
+            raise InvalidInput(f"unexpected 'content' provided when using shared memory for input tensor "
+                               f"'{sent.name}' for model '{spec.name}'")
+        if sent.HasField("contents") and raw:
+            raise InvalidInput(f"contents field must not be specified when using raw_input_contents for "
+                               f"'{sent.name}' for model '{spec.name}'")
     expected = sum(reference is None for reference in in_memory)
     if raw and len(raw) != expected:
         raise InvalidInput(
@@ -135,12 +142,6 @@ def _decode_inputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: Share
         shape = list(sent.shape)
         spec.check_shape(tensor, shape)
         what = f"input '{sent.name}' for model '{spec.name}'"
-        if (raw or reference is not None) and sent.HasField("contents"):
-            raise InvalidInput(
-                f"contents field must not be specified when using "
-                f"{'shared memory' if reference is not None else 'raw_input_contents'} for "
-                f"'{sent.name}' for model '{spec.name}'"
-            )
         if reference is not None and memory is not None:
             feeds[sent.name] = from_raw(memory.slice(*reference), tensor.dtype, shape, what)
         elif raw:

@@ -100,9 +100,15 @@ class ModelVersion:
 
         def execute() -> list[Execution | Exception]:
             if self._merges_texts:
-                return self._executable.execute_batch(members, output_names, parameters)  # type: ignore[attr-defined]
-            execution = self._executable.execute(merge_rows(members), output_names, parameters)
-            return list(split_rows(execution, [len(next(iter(m.values()))) for m in members]))
+                shares = self._executable.execute_batch(members, output_names, parameters)  # type: ignore[attr-defined]
+                sizes = [self._executable.batch_items(m) for m in members]  # type: ignore[attr-defined]
+            else:
+                sizes = [len(next(iter(m.values()))) for m in members]
+                shares = list(split_rows(self._executable.execute(merge_rows(members), output_names, parameters), sizes))
+            for share in shares:  # statistics count the execution by its real batch size
+                if isinstance(share, Execution):
+                    share.batch_size = sum(sizes)
+            return shares
 
         return await self._on_instance(execute)
 

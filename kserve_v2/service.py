@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 from kserve_v2 import __version__
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, NotFound, ServerError, Unavailable, Unsupported
+from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, NotFound, ServerError, Unavailable
 from kserve_v2.inference import decode_request, encode_response
+from kserve_v2.log_settings import LogSettings
 from kserve_v2.metrics import ENDPOINT, InferenceMetrics
 from kserve_v2.model import ModelVersion
 from kserve_v2.repository.manager import ModelManager
@@ -23,7 +24,8 @@ from kserve_v2.shared_memory import SharedMemoryRegistry
 from kserve_v2.tracing import Tracing
 
 # Extensions this server implements (Triton's names, ServerMetadata.extensions).
-EXTENSIONS = ("model_repository", "model_configuration", "statistics", "sequence")
+EXTENSIONS = ("model_repository", "model_repository(unload_dependents)", "model_configuration",
+              "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "sequence", "trace", "logging")
 SHM_EXTENSION = "system_shared_memory"
 
 
@@ -66,12 +68,14 @@ class InferenceService:
         tracing: OpenTelemetry request spans (off when None).
         shared_memory: registered system shared memory regions, or None when client shared
             memory is off (``--allow-client-shm``).
+        logs: the log settings of Triton's logging extension.
     """
 
     def __init__(self, manager: ModelManager, state: ServerState, server_name: str, control_mode: str,
                  metrics: InferenceMetrics | None = None, tracing: Tracing | None = None,
-                 shared_memory: SharedMemoryRegistry | None = None) -> None:
+                 shared_memory: SharedMemoryRegistry | None = None, logs: LogSettings | None = None) -> None:
         self._memory = shared_memory
+        self._logs = logs or LogSettings(0)
         self._manager = manager
         self._tracing = tracing or Tracing(None, server_name)
         self._state = state
@@ -217,7 +221,7 @@ class InferenceService:
                                finished - ran_at + execution.post_ns, tokens=execution.tokens)
         phases = (timing.total_ns, timing.queue_ns, timing.compute_input_ns, timing.compute_infer_ns,
                   timing.compute_output_ns)
-        model.stats.record_success(decoded.batch_size, execution.executions, *phases)
+        model.stats.record_success(decoded.batch_size, execution.executions, *phases, execution.batch_size)
         if self._metrics is not None:
             self._metrics.succeeded(model.name, version, endpoint, decoded.batch_size, execution.executions,
                                     execution.tokens, *phases)
@@ -304,20 +308,73 @@ class InferenceService:
             self._memory.unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    # ---- extensions not provided -----------------------------------------------------------
+    # ---- Triton's CUDA shared memory, trace and logging extensions ----------------------------
 
-    def cuda_shared_memory_unregister(self, name: str) -> None:
-        """Unregister-all (empty name) succeeds, as clients call it on start; anything else is unsupported.
+    def cuda_shared_memory_status(self, request: pb.CudaSharedMemoryStatusRequest) -> pb.CudaSharedMemoryStatusResponse:
+        """No CUDA region is ever registered (see ``cuda_shared_memory_register``): an empty list.
 
         Raises:
-            Unsupported: a named region (none can be registered) -> UNIMPLEMENTED.
+            NotFound: a named region, with Triton's texts -> NOT_FOUND / 404.
         """
-        if name:
-            raise Unsupported("CUDA shared memory is not supported by this server")
+        if request.name and self._memory is not None and any(r.name == request.name for r in self._memory.status("")):
+            raise NotFound(f"The region named '{request.name}' is registered as system shared memory, "
+                           "not CUDA shared memory")
+        if request.name:
+            raise NotFound(f"Unable to find system shared memory region: '{request.name}'")
+        return pb.CudaSharedMemoryStatusResponse()
 
-    def unsupported(self, feature: str) -> None:
-        """Raise UNIMPLEMENTED for an extension this server does not provide."""
-        raise Unsupported(f"{feature} is not supported by this server")
+    def cuda_shared_memory_register(self, request: pb.CudaSharedMemoryRegisterRequest
+                                    ) -> pb.CudaSharedMemoryRegisterResponse:
+        """CUDA IPC regions are not supported: Triton's answer on a build without GPU support.
+
+        Raises:
+            InvalidInput: always, "failed to register CUDA shared memory region: '<r>', GPUs not
+                supported" -> INVALID_ARGUMENT / 400.
+        """
+        raise InvalidInput(f"failed to register CUDA shared memory region: '{request.name}', GPUs not supported")
+
+    def cuda_shared_memory_unregister(self, _: pb.CudaSharedMemoryUnregisterRequest
+                                      ) -> pb.CudaSharedMemoryUnregisterResponse:
+        """Unregister one CUDA region or all of them: nothing is registered, so it succeeds (Triton)."""
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    def trace_setting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
+        """Update (when settings are given) and answer the global or a model's trace settings
+        (Triton's trace extension, ``TraceSettings``).
+
+        Raises:
+            InvalidInput: a model that is not ready ("Request for unknown model : <m>"), or a value
+                Triton would not parse -> INVALID_ARGUMENT / 400.
+            Unsupported: ``trace_file`` -> UNIMPLEMENTED / 501.
+        """
+        if request.model_name and not self._manager.is_ready(request.model_name, ""):
+            raise InvalidInput(f"Request for unknown model : {request.model_name}")
+        settings = self._tracing.settings
+        if request.settings:
+            settings.update(request.model_name, {k: list(v.value) for k, v in request.settings.items()})
+        response = pb.TraceSettingResponse()
+        for name, value in settings.current(request.model_name).items():
+            response.settings[name].value.extend(value if isinstance(value, tuple) else [value])
+        return response
+
+    def log_settings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
+        """Update (when settings are given) and answer the log settings (Triton's logging
+        extension, ``LogSettings``).
+
+        Raises:
+            InvalidInput: a value of the wrong type -> INVALID_ARGUMENT / 400.
+            Unsupported: ``log_file`` -> UNIMPLEMENTED / 501.
+            Unavailable: an unknown ``log_format`` (Triton's code) -> UNAVAILABLE / 503.
+        """
+        values = {key: getattr(value, choice) for key, value in request.settings.items()
+                  if (choice := value.WhichOneof("parameter_choice")) is not None}
+        if values:
+            self._logs.update(values)
+        response = pb.LogSettingsResponse()
+        for name, value in self._logs.current().items():
+            kind = "bool_param" if isinstance(value, bool) else "uint32_param" if isinstance(value, int) else "string_param"
+            setattr(response.settings[name], kind, value)
+        return response
 
 
 def _model_name(request: pb.RepositoryModelLoadRequest | pb.RepositoryModelUnloadRequest) -> str:

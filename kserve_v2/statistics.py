@@ -51,13 +51,20 @@ class ModelStats:
     last_inference_ms: int = 0
 
     def record_success(self, batch_size: int, executions: int, total_ns: int, queue_ns: int, input_ns: int,
-                       infer_ns: int, output_ns: int) -> None:
+                       infer_ns: int, output_ns: int, execution_batch: int = 0) -> None:
         """Account one successful request of ``batch_size`` elements and the model executions it
-        accounts for (1, or 0 for the second and later members of a dynamic batch)."""
+        accounts for (1, or 0 for the second and later members of a dynamic batch).
+
+        ``batch_stats`` count executions by their real batch size (Triton's
+        ``extension_statistics.md``): ``execution_batch`` rows, or the request's own size when 0;
+        a request that shares another's execution adds nothing there.
+        """
         self.success.add(total_ns)
         self.queue.add(queue_ns)
-        batch = self.by_batch.setdefault(batch_size, Phases())
-        for phases in (self.phases, batch):
+        phases_of = [self.phases]
+        if executions:
+            phases_of.append(self.by_batch.setdefault(execution_batch or batch_size, Phases()))
+        for phases in phases_of:
             phases.compute_input.add(input_ns)
             phases.compute_infer.add(infer_ns)
             phases.compute_output.add(output_ns)

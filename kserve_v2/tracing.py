@@ -19,6 +19,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from kserve_v2.trace_settings import TraceSettings
+
 log = logging.getLogger(__name__)
 PHASES = ("compute_input", "queue", "compute_infer", "compute_output")  # in the order they happen
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -27,12 +29,16 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 class Tracing:
     """Request spans exported over OTLP/HTTP, or nothing at all when no endpoint is set.
 
+    ``settings`` (Triton's trace settings) pick the traced requests: every one by default when
+    an endpoint is set.
+
     Args:
         endpoint: OTLP/HTTP traces URL (``http://collector:4318/v1/traces``), or None for off.
         service_name: the ``service.name`` resource attribute.
     """
 
     def __init__(self, endpoint: str | None, service_name: str) -> None:
+        self.settings = TraceSettings(bool(endpoint), endpoint or "")
         self._provider: TracerProvider | None = None
         self._tracer: trace.Tracer | None = None
         if endpoint:
@@ -44,8 +50,9 @@ class Tracing:
 
     @contextmanager
     def request(self, name: str, carrier: Mapping[str, str], model: str) -> Iterator[trace.Span | None]:
-        """A span for one request, child of the caller's ``traceparent`` when the carrier has one."""
-        if self._tracer is None:
+        """A span for one request, child of the caller's ``traceparent`` when the carrier has one,
+        for the requests the trace settings pick (Triton's trace extension)."""
+        if self._tracer is None or not self.settings.sample(model):
             yield None
             return
         parent = _PROPAGATOR.extract(carrier={k.lower(): v for k, v in carrier.items()})

@@ -64,6 +64,51 @@ def _model_routes(prefix: str, names: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
+def _extension_routes() -> dict[str, Any]:
+    """Triton's trace, logging and CUDA shared memory extensions."""
+    trace = {"type": "object", "description": "trace_level (array of OFF, TIMESTAMPS, TENSORS), trace_rate, "
+                                              "trace_count, log_frequency (strings); null clears a setting",
+             "additionalProperties": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}}
+    logs = {"type": "object", "description": "log_info, log_warning, log_error (booleans), log_verbose_level "
+                                             "(uint32), log_format (default or ISO8601)",
+            "additionalProperties": {"oneOf": [{"type": "string"}, {"type": "boolean"}, {"type": "integer"}]}}
+
+    def get_post(summary: str, schema: dict[str, Any], parameters: list[dict[str, Any]],
+                 codes: tuple[int, ...]) -> dict[str, Any]:
+        answer = {"200": _json(schema), **_errors(*codes)}
+        return {"get": {"summary": summary, "parameters": parameters, "responses": answer},
+                "post": {"summary": summary + ": update the given ones", "parameters": parameters,
+                         "requestBody": {"required": False, "content": {"application/json": {"schema": schema}}},
+                         "responses": answer}}
+
+    region = _parameters("region")
+    cuda_region = {"type": "object", "properties": {"name": {"type": "string"}, "device_id": {"type": "integer"},
+                                                    "byte_size": {"type": "integer"}}}
+    status = {"summary": "Registered CUDA shared memory regions (none: registering is not supported)",
+              "responses": {"200": _json({"type": "array", "items": cuda_region}), **_errors(404)}}
+    unregister = {"summary": "Unregister CUDA shared memory (all regions, or one)",
+                  "responses": {"200": _json({"type": "object"})}}
+    paths: dict[str, Any] = {
+        "/v2/trace/setting": get_post("Global trace settings", trace, [], (400, 413, 501)),
+        "/v2/logging": get_post("Log settings", logs, [], (400, 413, 501, 503)),
+        "/v2/cudasharedmemory/status": {"get": status},
+        "/v2/cudasharedmemory/region/{region}/status": {"get": {**status, "parameters": region}},
+        "/v2/cudasharedmemory/unregister": {"post": unregister},
+        "/v2/cudasharedmemory/region/{region}/unregister": {"post": {**unregister, "parameters": region}},
+        "/v2/cudasharedmemory/region/{region}/register": {"post": {
+            "summary": "Register a CUDA IPC handle: answers 400 'GPUs not supported' (Triton without GPU support)",
+            "parameters": region, "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["raw_handle", "byte_size"], "properties": {
+                    "raw_handle": {"type": "object", "properties": {"b64": {"type": "string"}}},
+                    "device_id": {"type": "integer", "minimum": 0}, "byte_size": {"type": "integer", "minimum": 0}}}}}},
+            "responses": {"200": _json({"type": "object"}), **_errors(400, 413)}}},
+    }
+    for prefix, names in (("/v2/models/{model}", ("model",)), ("/v2/models/{model}/versions/{version}", ("model", "version"))):
+        paths[prefix + "/trace/setting"] = get_post("Trace settings of one model", trace, _parameters(*names),
+                                                    (400, 413, 501))
+    return paths
+
+
 def _negotiated(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
     """A semantic answer: msgpack by default, JSON with ``Accept: application/json``."""
     return {"description": description, "content": {"application/msgpack": {"schema": schema},
@@ -204,10 +249,6 @@ def openapi_document(metrics: bool, status: bool) -> dict[str, Any]:
     paths["/v2/systemsharedmemory/region/{region}/status"] = {"get": {**status, "parameters": region}}
     paths["/v2/systemsharedmemory/unregister"] = {"post": unregister}
     paths["/v2/systemsharedmemory/region/{region}/unregister"] = {"post": {**unregister, "parameters": region}}
-    cuda = {"summary": "Unregister CUDA shared memory: all regions answers {} (none can exist here), one region 501",
-            "responses": {"200": _json({"type": "object"}), **_errors(501)}}
-    paths["/v2/cudasharedmemory/unregister"] = {"post": cuda}
-    paths["/v2/cudasharedmemory/region/{region}/unregister"] = {"post": {**cuda, "parameters": region}}
     paths["/v2/systemsharedmemory/region/{region}/register"] = {"post": {
         "summary": "Register byte_size bytes of the POSIX shared memory object key from offset (--allow-client-shm)",
         "parameters": region, "requestBody": {"required": True, "content": {"application/json": {"schema": {
@@ -215,6 +256,7 @@ def openapi_document(metrics: bool, status: bool) -> dict[str, Any]:
                 "key": {"type": "string"}, "offset": {"type": "integer", "minimum": 0},
                 "byte_size": {"type": "integer", "minimum": 0}}}}}},
         "responses": {"200": _json({"type": "object"}), **_errors(400, 413)}}}
+    paths.update(_extension_routes())
     if metrics:
         paths["/metrics"] = {"get": {"summary": "Prometheus metrics: OpenMetrics when Accept asks for "
                                                 "application/openmetrics-text, else the text format", "responses": {

@@ -40,6 +40,7 @@ from transcoding.openapi import openapi_document
 from transcoding.sie import sie_routes
 from transcoding.status_page import status_page, status_socket
 from transcoding.timing import timing_headers
+from transcoding.triton_extensions import extension_routes
 
 HEADER_LENGTH = "inference-header-content-length"
 # response headers a browser script may read under CORS
@@ -176,10 +177,6 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         service.system_shared_memory_unregister(pb.SystemSharedMemoryUnregisterRequest(name=name))
         return JSONResponse({})
 
-    async def cuda_shm_unregister(request: Request) -> Response:
-        service.cuda_shared_memory_unregister(request.path_params.get("region", ""))  # as gRPC: all -> {}, named -> 501
-        return JSONResponse({})
-
     document = openapi_document(metrics=registry is not None, status=reporter is not None)
 
     async def docs(_: Request) -> Response:
@@ -204,9 +201,6 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         Route("/v2/systemsharedmemory/region/{region}/register", route(shm_register), methods=["POST"]),
         Route("/v2/systemsharedmemory/unregister", route(shm_unregister), methods=["POST"]),
         Route("/v2/systemsharedmemory/region/{region}/unregister", route(shm_unregister), methods=["POST"]),
-        # perf_analyzer's and tritonclient's unregister-all also clears CUDA regions (none exist here)
-        Route("/v2/cudasharedmemory/unregister", route(cuda_shm_unregister), methods=["POST"]),
-        Route("/v2/cudasharedmemory/region/{region}/unregister", route(cuda_shm_unregister), methods=["POST"]),
         Route("/docs", docs, methods=["GET"]),
         Route("/api-doc/openapi.json", openapi, methods=["GET"]),
         Mount("/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets"),
@@ -220,6 +214,7 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
             Route(prefix + "/infer", route(infer), methods=["POST"]),
         ]
 
+    routes += extension_routes(service, max_input_bytes, route)
     routes += [*sie_routes(service, max_input_bytes), *openai_routes(service, max_input_bytes, token_ids)]
     if registry is not None:
         routes.append(Route("/metrics", metrics_endpoint(registry), methods=["GET"]))

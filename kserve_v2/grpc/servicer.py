@@ -92,20 +92,19 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         return await _call(context, self._service.system_shared_memory_unregister, request)
 
     async def CudaSharedMemoryStatus(self, request, context):
-        return await _call(context, lambda _: self._service.unsupported("CUDA shared memory"), request)
+        return await _call(context, self._service.cuda_shared_memory_status, request)
 
     async def CudaSharedMemoryRegister(self, request, context):
-        return await _call(context, lambda _: self._service.unsupported("CUDA shared memory"), request)
+        return await _call(context, self._service.cuda_shared_memory_register, request)
 
     async def CudaSharedMemoryUnregister(self, request, context):
-        await _call(context, lambda r: self._service.cuda_shared_memory_unregister(r.name), request)
-        return pb.CudaSharedMemoryUnregisterResponse()
+        return await _call(context, self._service.cuda_shared_memory_unregister, request)
 
     async def TraceSetting(self, request, context):
-        return await _call(context, lambda _: self._service.unsupported("trace settings"), request)
+        return await _call(context, self._service.trace_setting, request)
 
     async def LogSettings(self, request, context):
-        return await _call(context, lambda _: self._service.unsupported("log settings"), request)
+        return await _call(context, self._service.log_settings, request)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: grpc.aio.ServicerContext
