@@ -200,3 +200,36 @@ def test_contents_with_shared_memory_text_is_tritons(server) -> None:
         with grpcclient.InferenceServerClient(server.url) as client:
             client.unregister_system_shared_memory()
         shm.destroy_shared_memory_region(region)
+
+
+def test_fp16_json_texts_are_tritons(tmp_path) -> None:
+    add_model(tmp_path / "repo", "half", identity_model(TensorProto.FLOAT16, [None, 4]), "max_batch_size: 8")
+    server = start_server(tmp_path / "repo", tmp_path)
+    try:
+        with httpclient.InferenceServerClient(server.http_url) as client:
+            sent = httpclient.InferInput("INPUT0", [1, 4], "FP16")
+            sent.set_data_from_numpy(np.ones((1, 4), np.float16), binary_data=False)
+            with pytest.raises(InferenceServerException) as err:
+                client.infer("half", [sent])
+            assert err.value.message() == ("receiving FP16 data via JSON is not supported. Please use the binary "
+                                           "data format for input INPUT0")
+            sent.set_data_from_numpy(np.ones((1, 4), np.float16), binary_data=True)
+            with pytest.raises(InferenceServerException) as err:
+                client.infer("half", [sent], outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)])
+            assert err.value.message().startswith("sending FP16 data via JSON is not supported. Please use the "
+                                                  "binary data format for output")
+    finally:
+        assert server.stop() == 0
+
+
+def test_bytes_that_onnx_runtime_cannot_take_name_the_input_and_element(server) -> None:
+    """ONNX Runtime's Python API passes only UTF-8 text into string tensors (bytes are decoded or
+    cut at a NUL), so an element that is not UTF-8 is refused, by index, not mangled."""
+    data = np.array([[b"ok", b"\xff\xfe", b"fine"]], dtype=np.object_)
+    with httpclient.InferenceServerClient(server.http_url) as client:
+        sent = httpclient.InferInput("INPUT0", [1, 3], "BYTES")
+        sent.set_data_from_numpy(data)
+        with pytest.raises(InferenceServerException) as err:
+            client.infer("simple_identity", [sent])
+    assert err.value.status() == "400"
+    assert "element 1 of BYTES input 'INPUT0' is not valid UTF-8" in err.value.message()

@@ -188,8 +188,8 @@ def _add_input(request: pb.ModelInferRequest, item: Any, binary: memoryview, off
 def _json_to_raw(data: Any, datatype: str, shape: list[int], name: str, max_bytes: int) -> bytes:
     dtype = _dtype(datatype)
     if datatype in _NO_JSON:
-        raise InvalidInput(f"sending {datatype} data via JSON is not supported for input '{name}': "
-                           "use the binary tensor data extension")
+        raise InvalidInput(f"receiving {datatype} data via JSON is not supported. Please use the binary data "
+                           f"format for input {name}")  # Triton's text
     flat = _flatten(data)
     if dtype is BYTES:
         if not all(isinstance(v, str) for v in flat):
@@ -231,8 +231,8 @@ def _flatten(data: Any) -> list[Any]:
 def _json_values(raw: bytes, tensor: pb.ModelInferResponse.InferOutputTensor) -> list[Any]:
     dtype = _dtype(tensor.datatype)
     if tensor.datatype in _NO_JSON:
-        raise InvalidInput(f"output '{tensor.name}' is {tensor.datatype}, which JSON cannot carry: "
-                           "request it with binary_data")
+        raise InvalidInput(f"sending {tensor.datatype} data via JSON is not supported. Please use the binary data "
+                           f"format for output {tensor.name}")  # Triton's text
     if dtype is BYTES:
         items = unpack_bytes(raw, math.prod(tensor.shape), f"output '{tensor.name}'")
         return [item.decode("utf-8", errors="replace") for item in items]

@@ -166,7 +166,8 @@ def _as_text(array: np.ndarray, name: str) -> np.ndarray:
             flat_out[i] = item.decode("utf-8") if isinstance(item, bytes) else str(item)
         except UnicodeDecodeError:
             raise InvalidInput(
-                f"element {i} of BYTES input '{name}' is not valid UTF-8; ONNX Runtime string tensors carry UTF-8 text"
+                f"element {i} of BYTES input '{name}' is not valid UTF-8: ONNX Runtime's Python API passes only "
+                "UTF-8 text into string tensors (other bytes would be altered, not passed through)"
             ) from None
     return text
 
