@@ -6,6 +6,9 @@ Models (I/O as in Triton's docs/examples, ``shared/spec/triton-protocol-notes.md
   simple_string    the same on decimal strings (BYTES)
   simple_identity  BYTES identity, variable length
   identity_fp32    FP32 identity, variable length (bandwidth benchmarks)
+  preprocess_round FP32 RAW0/RAW1 [16] -> ROUNDED0/ROUNDED1 INT32 (round half to even, then cast)
+  simple_ensemble  an ensemble (platform "ensemble"): preprocess_round, then simple, so FP32
+                   INPUT0/INPUT1 [16] -> INT32 OUTPUT0 = sum, OUTPUT1 = difference of the rounded values
 Sequence models (the server feeds the control inputs START/END/READY/CORRID and the state):
   simple_sequence              OUTPUT = READY * (INPUT + START); direct strategy
   simple_dyna_sequence         OUTPUT = READY * (INPUT + START + END * CORRID); oldest strategy, UINT64 CORRID
@@ -160,6 +163,52 @@ MODELS = {
 }
 
 
+def preprocess_round() -> onnx.ModelProto:
+    """ROUNDEDi = int32(round(RAWi)): the preprocessing step of ``simple_ensemble``."""
+    nodes = []
+    for i in (0, 1):
+        nodes += [helper.make_node("Round", [f"RAW{i}"], [f"r{i}"]),
+                  helper.make_node("Cast", [f"r{i}"], [f"ROUNDED{i}"], to=TensorProto.INT32)]
+    shape = [None, 16]
+    return _model(nodes, [(f"RAW{i}", TensorProto.FLOAT, shape) for i in (0, 1)],
+                  [(f"ROUNDED{i}", TensorProto.INT32, shape) for i in (0, 1)])
+
+
+# Triton's ensemble configuration (model_configuration.md, "Ensemble Models"); its version folder is empty
+ENSEMBLE_CONFIG = """name: "simple_ensemble"
+platform: "ensemble"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "preprocess_round"
+      model_version: -1
+      input_map { key: "RAW0" value: "INPUT0" }
+      input_map { key: "RAW1" value: "INPUT1" }
+      output_map { key: "ROUNDED0" value: "rounded0" }
+      output_map { key: "ROUNDED1" value: "rounded1" }
+    },
+    {
+      model_name: "simple"
+      model_version: -1
+      input_map { key: "INPUT0" value: "rounded0" }
+      input_map { key: "INPUT1" value: "rounded1" }
+      output_map { key: "OUTPUT0" value: "OUTPUT0" }
+      output_map { key: "OUTPUT1" value: "OUTPUT1" }
+    }
+  ]
+}
+"""
+
+
 def build(repository: Path) -> None:
     """Write every example model (config.pbtxt and 1/model.onnx) under ``repository``."""
     for name, (make, config_type, dims) in MODELS.items():
@@ -172,6 +221,19 @@ def build(repository: Path) -> None:
         (folder / "1").mkdir(parents=True, exist_ok=True)
         onnx.save(make_sequence(), folder / "1" / "model.onnx")
         (folder / "config.pbtxt").write_text(_sequence_config(name))
+    build_ensemble(repository)
+
+
+def build_ensemble(repository: Path) -> None:
+    """Write ``preprocess_round`` and ``simple_ensemble`` (its version folder holds only a .gitkeep)."""
+    folder = repository / "preprocess_round"
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    onnx.save(preprocess_round(), folder / "1" / "model.onnx")
+    (folder / "config.pbtxt").write_text('name: "preprocess_round"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
+    folder = repository / "simple_ensemble"
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "1" / ".gitkeep").write_text("")
+    (folder / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
 
 
 if __name__ == "__main__":

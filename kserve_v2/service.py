@@ -82,6 +82,7 @@ class InferenceService:
         self._server_name = server_name
         self._control_mode = control_mode
         self._metrics = metrics
+        manager.step_runner = self.model_infer  # ensemble steps go through the one inference call
 
     # ---- health and metadata -------------------------------------------------------------
 
@@ -250,7 +251,8 @@ class InferenceService:
         return pb.RepositoryModelLoadResponse()
 
     async def repository_model_unload(self, request: pb.RepositoryModelUnloadRequest) -> pb.RepositoryModelUnloadResponse:
-        """Unload a model after its in-flight requests finish (``unload_dependents`` is accepted: no ensembles).
+        """Unload a model after its in-flight requests finish; with ``unload_dependents`` true, an
+        ensemble's composing models that no other ensemble uses too (Triton's model repository extension).
 
         Raises:
             Unavailable: control mode is not explicit (Triton's answer) -> UNAVAILABLE.
@@ -260,7 +262,11 @@ class InferenceService:
         for key, value in request.parameters.items():
             if key != "unload_dependents" or value.WhichOneof("parameter_choice") != "bool_param":
                 raise InvalidInput(f"Unrecognized unload parameter '{key}'")
-        await self._manager.unload(_model_name(request))
+        dependents = "unload_dependents" in request.parameters and request.parameters["unload_dependents"].bool_param
+        if dependents:
+            await self._manager.unload_with_composing(_model_name(request))
+        else:
+            await self._manager.unload(_model_name(request))
         return pb.RepositoryModelUnloadResponse()
 
     def _require_explicit(self) -> None:

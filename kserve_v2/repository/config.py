@@ -21,6 +21,7 @@ from kserve_v2.sequence_config import reserved_names
 
 CONFIG_FILE = "config.pbtxt"
 PLATFORM = "onnxruntime_onnx"
+ENSEMBLE = "ensemble"  # Triton's ensemble platform: steps run other models (kserve_v2.ensemble)
 DEFAULT_MAX_BATCH_SIZE = 4
 DEFAULT_CPU_INSTANCES = 2
 
@@ -49,10 +50,10 @@ def read_config(model_dir: Path, name: str, override_json: str | None = None) ->
     config.name = name
     if config.platform in ("", PLATFORM) and config.backend in ("", backend.ONNXRUNTIME):
         config.platform, config.backend = PLATFORM, backend.ONNXRUNTIME
-    elif config.platform or backend.find(config.backend) is None:
+    elif (config.platform and config.platform != ENSEMBLE) or (config.backend and backend.find(config.backend) is None):
         raise ConfigError(
             f"unsupported platform '{config.platform}' / backend '{config.backend}': this server runs "
-            f"platform '{PLATFORM}' and the backends {backend.names()}"
+            f"platforms '{PLATFORM}' and '{ENSEMBLE}' and the backends {backend.names()}"
         )
     if config.max_batch_size < 0:
         raise ConfigError("max_batch_size must be >= 0")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kserve_v2 import backend
+from kserve_v2 import backend, ensemble
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.model import ModelVersion
 from kserve_v2.repository import config as cfg
@@ -22,12 +22,15 @@ class LoadResult:
         loaded: version -> servable version.
         failed: version -> failure reason.
         error: a failure of the whole model (configuration, no versions), else "".
+        ensemble_versions: an ensemble's versions to build once its composing models are loaded
+            (the model manager does it; ``kserve_v2.ensemble``).
     """
 
     config: mc.ModelConfig | None = None
     loaded: dict[int, ModelVersion] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)
     error: str = ""
+    ensemble_versions: list[int] = field(default_factory=list)
 
 
 def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None = None) -> LoadResult:
@@ -39,13 +42,19 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None 
     result = LoadResult()
     try:
         config = cfg.read_config(model_dir, name, override_json)
-        cfg.complete_instances(config, gpus)
-    except cfg.ConfigError as err:
+        if ensemble.is_ensemble(config):
+            ensemble.check_config(config)
+        else:
+            cfg.complete_instances(config, gpus)
+    except (cfg.ConfigError, ensemble.EnsembleError) as err:
         result.error = str(err)
         return result
     versions = layout.select_versions(layout.version_dirs(model_dir), config.version_policy)
     if not versions:
         result.error = f"at least one version must be available under the version policy of model '{name}'"
+        return result
+    if ensemble.is_ensemble(config):
+        result.config, result.ensemble_versions = config, versions
         return result
     opener = backend.find(config.backend)
     assert opener is not None  # read_config accepts only known backends

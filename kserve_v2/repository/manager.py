@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kserve_v2 import ensemble
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.errors import InternalError, InvalidInput, NotFound, ServerError, Unavailable
 from kserve_v2.model import ModelVersion
@@ -30,6 +31,7 @@ from kserve_v2.repository import layout
 from kserve_v2.repository.config import ConfigError, read_config
 from kserve_v2.repository.loader import LoadResult, load_model
 from kserve_v2.repository.overrides import LoadOverrides, write_private_folder
+from kserve_v2.spec import ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,7 @@ class ModelManager:
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._startup: set[str] = set()
         self._retiring: set[asyncio.Task[None]] = set()
+        self.step_runner: ensemble.StepRunner | None = None  # the inference call ensemble steps go through
 
     def model_names(self) -> list[str]:
         """Every model folder name in the repositories."""
@@ -102,17 +105,20 @@ class ModelManager:
         """Load the models of the startup set; readiness waits for exactly these."""
         self._startup.update(names)
         for name in names:
+            if self.is_ready(name, ""):
+                continue  # loaded already, as a step of an ensemble loaded before it
             try:
                 await self.load(name)
             except ServerError:
                 continue  # logged by load; the model's versions carry the reason
 
-    async def load(self, name: str, overrides: LoadOverrides | None = None) -> None:
+    async def load(self, name: str, overrides: LoadOverrides | None = None, _chain: tuple[str, ...] = ()) -> None:
         """Load ``name``, or reload it when loaded.
 
         A reload keeps every READY version serving until its replacement is READY; a version
         whose new load fails keeps serving the old one. Replaced and dropped versions unload in
-        the background once their in-flight requests finish.
+        the background once their in-flight requests finish. An ensemble first loads its
+        composing models that are not READY (as Triton does), then checks its steps against them.
 
         Raises:
             InvalidInput: an unsafe model name -> INVALID_ARGUMENT.
@@ -130,6 +136,8 @@ class ModelManager:
                 self._on_change()
                 started, rss_before = time.perf_counter(), _rss_bytes()
                 result = await asyncio.to_thread(load_model, folder, name, self._gpus, overrides.config_json)
+                if result.ensemble_versions:
+                    await self._compose(name, result, (*_chain, name))
             finally:
                 if overrides.files:
                     shutil.rmtree(folder, ignore_errors=True)
@@ -144,6 +152,38 @@ class ModelManager:
             record.memory_bytes = max(0, int(memory * 2**20))
             log.info("loaded model '%s' versions %s in %.1f ms (RSS %+.1f MiB)",
                      name, sorted(result.loaded), elapsed_ms, memory)
+
+    async def _compose(self, name: str, result: LoadResult, chain: tuple[str, ...]) -> None:
+        """Build an ensemble's versions into ``result`` once its composing models are loaded;
+        a failure becomes ``result.error``, naming the step."""
+        assert result.config is not None
+        for index, model, _ in ensemble.composing_models(result.config):
+            if model in chain:
+                result.error = (f"ensemble '{name}' step {index}: model '{model}' is an ensemble that depends on "
+                                f"'{name}' (circular dependency {' -> '.join((*chain, model))})")
+                return
+            if not self.is_ready(model, "") and model in layout.model_dirs(self._repositories):
+                try:
+                    await self.load(model, _chain=chain)
+                except ServerError:
+                    pass  # the step check below reports it, naming the step
+
+        def lookup(model: str, version: int) -> ModelSpec | None:
+            try:
+                return self.resolve(model, str(version) if version > 0 else "").spec
+            except ServerError:
+                return None
+
+        try:
+            steps = ensemble.plan(result.config, lookup)
+        except ensemble.EnsembleError as err:
+            result.error = str(err)
+            return
+        if self.step_runner is None:
+            result.error = f"ensemble '{name}' cannot run: the server has no inference call for its steps"
+            return
+        for version in result.ensemble_versions:
+            result.loaded[version] = ensemble.EnsembleVersion(name, version, result.config, steps, self.step_runner)
 
     def _folder(self, name: str, overrides: LoadOverrides) -> Path:
         if overrides.files:
@@ -210,6 +250,15 @@ class ModelManager:
             self._on_change()
             log.info("unloaded model '%s' in %.1f ms (RSS %+.1f MiB)", name,
                      (time.perf_counter() - started) * 1000, (_rss_bytes() - rss_before) / 2**20)
+
+    async def unload_with_composing(self, name: str) -> None:
+        """Unload ``name`` and, when it is an ensemble, the composing models no other loaded
+        ensemble uses (Triton's ``unload_dependents``), recursively."""
+        steps = self.composing_models(name)
+        await self.unload(name)
+        in_use = {step for other in list(self._records) for step in self.composing_models(other)}
+        for step in sorted(steps - in_use):
+            await self.unload_with_composing(step)
 
     def forget(self, name: str) -> None:
         """Drop the record of a model whose folder is gone (poll mode, after ``unload``)."""
@@ -327,12 +376,23 @@ class ModelManager:
         return status.model
 
     def is_ready(self, name: str, version: str) -> bool:
-        """ModelReady: False for unknown models and versions, as Triton answers."""
+        """ModelReady: False for unknown models and versions, as Triton answers; an ensemble is
+        ready only while every composing model is."""
         try:
-            self.resolve(name, version)
+            model = self.resolve(name, version)
         except (NotFound, Unavailable, InvalidInput):
             return False
+        if isinstance(model, ensemble.EnsembleVersion):
+            return all(self.is_ready(step, step_version) for step, step_version in model.composing())
         return True
+
+    def composing_models(self, name: str) -> set[str]:
+        """The models the READY versions of ensemble ``name`` run as steps (empty for other models)."""
+        record = self._records.get(name)
+        if record is None:
+            return set()
+        return {step for status in record.versions.values() if isinstance(status.model, ensemble.EnsembleVersion)
+                for step, _ in status.model.composing()}
 
     def ready_versions(self, name: str) -> list[ModelVersion]:
         """Every READY version of a known model, ascending."""

@@ -1,0 +1,253 @@
+"""Triton's ensembles: ``platform: "ensemble"`` models whose steps are other models.
+
+``ensemble_scheduling { step [ { model_name, model_version, input_map, output_map } ] }``
+(Triton's ``model_configuration.md`` "Ensemble Models" and ``architecture.md`` "Ensemble
+Models"): ``input_map`` maps a step model's input to an ensemble tensor, ``output_map`` a step
+model's output to an ensemble tensor; the ensemble's own inputs and outputs are ensemble tensors.
+
+Checked at load, each failure a load error naming the step: the data flow (Triton's
+``ValidateEnsembleSchedulingConfig`` rules and texts: every ensemble tensor written once, used,
+reachable from the inputs, every output written; a step that can never run, as in a cycle), then
+against the composing models (a model with no loaded version, a mapped name the model does not
+have, a required input left unmapped, datatypes that differ). A step runs through the server's one
+inference call (``InferenceService.model_infer``), so batching, statistics, metrics and tracing
+see it like any request; steps whose inputs are ready run concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kserve_v2._proto import grpc_service_pb2 as pb
+from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.backend import Execution, Parameter
+from kserve_v2 import datatypes
+from kserve_v2.datatypes import DType
+from kserve_v2.errors import InternalError
+from kserve_v2.model import ModelVersion
+from kserve_v2.runtime.onnx import OnnxTensor
+from kserve_v2.spec import ModelSpec, TensorSpec
+from kserve_v2.tensors import from_raw, to_raw
+
+PLATFORM = "ensemble"
+# the one inference call of the server: a request in, its response out
+StepRunner = Callable[[pb.ModelInferRequest], Awaitable[pb.ModelInferResponse]]
+# (model name, version or -1 for the newest) -> the READY version's interface, or None
+SpecLookup = Callable[[str, int], ModelSpec | None]
+
+
+class EnsembleError(Exception):
+    """An ensemble configuration that cannot be served; the message is the load failure reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """One mapped tensor of a step: the step model's tensor name, the ensemble tensor, its datatype."""
+
+    model_tensor: str
+    ensemble_tensor: str
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One validated step: the model (version -1: the newest READY one) and its bindings."""
+
+    index: int
+    model_name: str
+    model_version: int
+    inputs: tuple[Binding, ...]
+    outputs: tuple[Binding, ...]
+
+
+def is_ensemble(config: mc.ModelConfig) -> bool:
+    """Whether a configuration is an ensemble's."""
+    return config.platform == PLATFORM
+
+
+def composing_models(config: mc.ModelConfig) -> list[tuple[int, str, int]]:
+    """(step index, model name, version or -1) of every step, in configuration order."""
+    return [(i, s.model_name, s.model_version) for i, s in enumerate(config.ensemble_scheduling.step)]
+
+
+def check_config(config: mc.ModelConfig) -> None:
+    """Check an ensemble configuration on its own (no composing model needed), completing its
+    version policy in place.
+
+    Raises:
+        EnsembleError: what Triton rejects (texts from its ``model_config_utils.cc``), plus a step
+            that can never run named by index and model.
+    """
+    name = config.name
+    if not config.HasField("ensemble_scheduling"):
+        raise EnsembleError(f"ensemble scheduling must be set for ensemble {name} whose platform is {PLATFORM}")
+    if config.instance_group:
+        raise EnsembleError(f"instance group should not be specified for ensemble '{name}'")
+    if not config.ensemble_scheduling.step:
+        raise EnsembleError(f"must specify 'step' for ensemble '{name}'")
+    if not config.input or not config.output:
+        raise EnsembleError(f"ensemble '{name}' must declare its inputs and outputs")
+    for tensor in (*config.input, *config.output):
+        if tensor.data_type == mc.TYPE_INVALID or not tensor.dims:
+            raise EnsembleError(f"tensor '{tensor.name}' of ensemble '{name}' must specify 'data_type' and 'dims'")
+    if not config.HasField("version_policy"):
+        config.version_policy.latest.num_versions = 1
+    written: dict[str, int] = {}
+    for index, step in enumerate(config.ensemble_scheduling.step):
+        for field in ("model_name", "input_map", "output_map"):
+            if not getattr(step, field):
+                raise EnsembleError(f"must specify '{field}' in step {index} of ensemble '{name}'")
+        for tensor in step.output_map.values():
+            if tensor in written:
+                raise EnsembleError(f"ensemble tensor '{tensor}' can appear in an output map only once for "
+                                    f"ensemble '{name}' step {index}")
+            written[tensor] = index
+    _check_flow(config, written)
+
+
+def _check_flow(config: mc.ModelConfig, written: Mapping[str, int]) -> None:
+    """Every step must become runnable from the ensemble inputs; every tensor must be used."""
+    name, steps = config.name, list(config.ensemble_scheduling.step)
+    inputs = {t.name for t in config.input}
+    consumed = {t for step in steps for t in step.input_map.values()}
+    for tensor in inputs - consumed:
+        raise EnsembleError(f"ensemble input '{tensor}' for ensemble {name}' is not used")
+    available, pending = set(inputs), list(range(len(steps)))
+    while True:
+        runnable = [i for i in pending if set(steps[i].input_map.values()) <= available]
+        if not runnable:
+            break
+        for i in runnable:
+            available.update(steps[i].output_map.values())
+        pending = [i for i in pending if i not in runnable]
+    if pending:
+        index = pending[0]
+        missing = sorted(set(steps[index].input_map.values()) - available)
+        raise EnsembleError(f"ensemble '{name}' step {index} (model '{steps[index].model_name}') can never run: "
+                            f"its input tensors {missing} are not made from the ensemble inputs by other steps "
+                            "(a missing tensor or a cycle)")
+    outputs = {t.name for t in config.output}
+    for tensor in sorted(outputs - set(written)):
+        raise EnsembleError(f"output '{tensor}' for ensemble '{name}' is not written")
+    for tensor, index in sorted(written.items()):
+        if tensor not in outputs and tensor not in consumed:
+            raise EnsembleError(f"ensemble tensor '{tensor}' is unused in ensemble '{name}' (written by step {index})")
+
+
+def plan(config: mc.ModelConfig, lookup: SpecLookup) -> tuple[Step, ...]:
+    """Check the steps against their models' interfaces and bind their tensors.
+
+    Raises:
+        EnsembleError: a step model with no loaded version (Triton's "ensemble '<e>' depends on
+            '<m>' which has no loaded version"), a mapped tensor the model does not have, a
+            required input left unmapped, or datatypes that differ; each naming the step.
+    """
+    types: dict[str, DType] = {t.name: datatypes.BY_CONFIG[mc.DataType.Name(t.data_type)]
+                               for t in (*config.input, *config.output)}
+    steps = []
+    for index, step in enumerate(config.ensemble_scheduling.step):
+        where = f"ensemble '{config.name}' step {index} (model '{step.model_name}')"
+        spec = lookup(step.model_name, step.model_version)
+        if spec is None:
+            version = f" whose required version {step.model_version} is not loaded" if step.model_version > 0 else \
+                " which has no loaded version"
+            raise EnsembleError(f"ensemble '{config.name}' depends on '{step.model_name}'{version} (step {index})")
+        inputs = _bind(where, "input", step.input_map, spec.inputs, types)
+        outputs = _bind(where, "output", step.output_map, spec.outputs, types)
+        unmapped = [t.name for t in spec.inputs if not t.optional and t.name not in step.input_map]
+        if unmapped:
+            raise EnsembleError(f"{where}: the model's required inputs {unmapped} are not in the input_map")
+        steps.append(Step(index, step.model_name, step.model_version, inputs, outputs))
+    return tuple(steps)
+
+
+def _bind(where: str, kind: str, mapping: Mapping[str, str], tensors: Sequence[TensorSpec],
+          types: dict[str, DType]) -> tuple[Binding, ...]:
+    by_name = {t.name: t for t in tensors}
+    bindings = []
+    for model_tensor, ensemble_tensor in sorted(mapping.items()):
+        tensor = by_name.get(model_tensor)
+        if tensor is None:
+            raise EnsembleError(f"{where}: the model has no {kind} '{model_tensor}' (it has {sorted(by_name)})")
+        known = types.setdefault(ensemble_tensor, tensor.dtype)
+        if known is not tensor.dtype:
+            raise EnsembleError(f"{where}: ensemble tensor '{ensemble_tensor}' is {known.v2} but the model's {kind} "
+                                f"'{model_tensor}' is {tensor.dtype.v2}")
+        bindings.append(Binding(model_tensor, ensemble_tensor, tensor.dtype))
+    return tuple(bindings)
+
+
+class EnsembleVersion(ModelVersion):
+    """One READY version of an ensemble: runs its steps instead of a backend.
+
+    Args:
+        name, version, config: as ``ModelVersion``.
+        steps: the validated steps (``plan``).
+        runner: the server's inference call the steps go through.
+    """
+
+    def __init__(self, name: str, version: int, config: mc.ModelConfig, steps: tuple[Step, ...],
+                 runner: StepRunner) -> None:
+        super().__init__(name, version, config, _NoBackend())
+        self.steps = steps
+        self._runner = runner
+
+    async def run(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+                  parameters: Mapping[str, Parameter], batch_size: int) -> tuple[Execution, int, int]:
+        """Run the steps as their inputs become ready: (execution, 0 queue ns, elapsed ns).
+
+        Raises:
+            Whatever a step's inference call raises (its model's error, with its status).
+        """
+        started = time.perf_counter_ns()
+        tensors: dict[str, np.ndarray] = dict(feeds)
+        pending = list(self.steps)
+        while pending:
+            ready = [s for s in pending if all(b.ensemble_tensor in tensors for b in s.inputs)]
+            if not ready:  # only an omitted optional ensemble input can starve a step
+                raise InternalError(f"ensemble '{self.name}' step {pending[0].index} has no value for its inputs")
+            for produced in await asyncio.gather(*(self._step(s, tensors) for s in ready)):
+                tensors.update(produced)
+            pending = [s for s in pending if s not in ready]
+        return Execution([tensors[name] for name in output_names]), 0, time.perf_counter_ns() - started
+
+    async def _step(self, step: Step, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        request = pb.ModelInferRequest(model_name=step.model_name,
+                                       model_version=str(step.model_version) if step.model_version > 0 else "")
+        for binding in step.inputs:
+            array = tensors[binding.ensemble_tensor]
+            request.inputs.add(name=binding.model_tensor, datatype=binding.dtype.v2, shape=array.shape)
+            request.raw_input_contents.append(to_raw(array, binding.dtype))
+        for binding in step.outputs:
+            request.outputs.add(name=binding.model_tensor)
+        response = await self._runner(request)
+        by_name = {b.model_tensor: b for b in step.outputs}
+        produced = {}
+        for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=True):
+            binding = by_name[tensor.name]
+            produced[binding.ensemble_tensor] = from_raw(raw, binding.dtype, list(tensor.shape),
+                                                         f"output '{tensor.name}' of model '{step.model_name}'")
+        return produced
+
+    def composing(self) -> list[tuple[str, str]]:
+        """(model name, version string, "" for the newest) of every step."""
+        return [(s.model_name, str(s.model_version) if s.model_version > 0 else "") for s in self.steps]
+
+
+class _NoBackend:
+    """An ensemble's stand-in for a backend: it has no graph; its steps run elsewhere."""
+
+    inputs: tuple[OnnxTensor, ...] = ()
+    outputs: tuple[OnnxTensor, ...] = ()
+    on_cuda = False
+    batchable = False
+
+    def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+                parameters: Mapping[str, Parameter]) -> Execution:
+        """Never called: ``EnsembleVersion.run`` runs the steps."""
+        raise InternalError("an ensemble has no backend to execute")
