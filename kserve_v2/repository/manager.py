@@ -165,8 +165,9 @@ class ModelManager:
             if not self.is_ready(model, "") and model in layout.model_dirs(self._repositories):
                 try:
                     await self.load(model, _chain=chain)
-                except ServerError:
-                    pass  # the step check below reports it, naming the step
+                except ServerError as err:
+                    result.error = f"ensemble '{name}' depends on '{model}' which is not valid (step {index}): {err}"
+                    return
 
         def lookup(model: str, version: int) -> ModelSpec | None:
             try:
