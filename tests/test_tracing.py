@@ -84,3 +84,30 @@ def test_traceparent_joins_the_callers_trace_over_http_and_grpc(collector, tmp_p
         assert root[0].start_time_unix_nano <= children["compute_input"].start_time_unix_nano
         attributes = {a.key: a.value.string_value for a in root[0].attributes}
         assert attributes["model.name"] == "simple"
+
+
+def test_trace_settings_pick_the_traced_requests(collector, tmp_path) -> None:
+    """Triton's trace settings: one request in trace_rate, and no more than trace_count traces."""
+    import tritonclient.http as httpclient
+
+    endpoint, spans = collector
+    server = start_server(EXAMPLES, tmp_path, "--trace-otlp-endpoint", endpoint)
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client, \
+                httpclient.InferenceServerClient(server.http_url) as http:
+            assert http.get_trace_settings()["trace_level"] == ["TIMESTAMPS"]  # an endpoint: every request
+            inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+            for tensor in inputs:
+                tensor.set_data_from_numpy(np.ones((1, 16), np.int32))
+            http.update_trace_settings(settings={"trace_rate": "2"})
+            for _ in range(4):
+                client.infer("simple", inputs)
+            http.update_trace_settings(settings={"trace_rate": "1", "trace_count": "1"})
+            for _ in range(3):
+                client.infer("simple", inputs)
+            assert http.get_trace_settings()["trace_count"] == "0"
+            http.update_trace_settings(model_name="simple_int8", settings={"trace_level": ["OFF"]})
+            assert http.get_trace_settings(model_name="simple_int8")["trace_level"] == ["OFF"]
+    finally:
+        assert server.stop() == 0  # the exporter flushes on exit
+    assert len([s for s in spans if s.name == "ModelInfer"]) == 2 + 1
