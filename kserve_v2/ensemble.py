@@ -28,7 +28,7 @@ from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Execution, Parameter
 from kserve_v2 import datatypes
 from kserve_v2.datatypes import DType
-from kserve_v2.errors import InternalError
+from kserve_v2.errors import InternalError, InvalidInput
 from kserve_v2.model import ModelVersion
 from kserve_v2.runtime.onnx import OnnxTensor
 from kserve_v2.spec import ModelSpec, TensorSpec
@@ -115,8 +115,9 @@ def _check_flow(config: mc.ModelConfig, written: Mapping[str, int]) -> None:
     name, steps = config.name, list(config.ensemble_scheduling.step)
     inputs = {t.name for t in config.input}
     consumed = {t for step in steps for t in step.input_map.values()}
-    for tensor in inputs - consumed:
-        raise EnsembleError(f"ensemble input '{tensor}' for ensemble {name}' is not used")
+    unused = sorted(inputs - consumed)
+    if unused:
+        raise EnsembleError(f"ensemble input '{unused[0]}' for ensemble {name}' is not used")  # Triton's text
     available, pending = set(inputs), list(range(len(steps)))
     while True:
         runnable = [i for i in pending if set(steps[i].input_map.values()) <= available]
@@ -132,8 +133,9 @@ def _check_flow(config: mc.ModelConfig, written: Mapping[str, int]) -> None:
                             f"its input tensors {missing} are not made from the ensemble inputs by other steps "
                             "(a missing tensor or a cycle)")
     outputs = {t.name for t in config.output}
-    for tensor in sorted(outputs - set(written)):
-        raise EnsembleError(f"output '{tensor}' for ensemble '{name}' is not written")
+    unwritten = sorted(outputs - set(written))
+    if unwritten:
+        raise EnsembleError(f"output '{unwritten[0]}' for ensemble '{name}' is not written")
     for tensor, index in sorted(written.items()):
         if tensor not in outputs and tensor not in consumed:
             raise EnsembleError(f"ensemble tensor '{tensor}' is unused in ensemble '{name}' (written by step {index})")
@@ -202,6 +204,7 @@ class EnsembleVersion(ModelVersion):
         """Run the steps as their inputs become ready: (execution, 0 queue ns, elapsed ns).
 
         Raises:
+            InvalidInput: an omitted optional ensemble input that a step needs -> INVALID_ARGUMENT.
             Whatever a step's inference call raises (its model's error, with its status).
         """
         started = time.perf_counter_ns()
@@ -210,7 +213,10 @@ class EnsembleVersion(ModelVersion):
         while pending:
             ready = [s for s in pending if all(b.ensemble_tensor in tensors for b in s.inputs)]
             if not ready:  # only an omitted optional ensemble input can starve a step
-                raise InternalError(f"ensemble '{self.name}' step {pending[0].index} has no value for its inputs")
+                step = pending[0]
+                missing = sorted(b.ensemble_tensor for b in step.inputs if b.ensemble_tensor not in tensors)
+                raise InvalidInput(f"ensemble '{self.name}' step {step.index} (model '{step.model_name}') needs the "
+                                   f"ensemble inputs {missing}, which the request omits")
             for produced in await asyncio.gather(*(self._step(s, tensors) for s in ready)):
                 tensors.update(produced)
             pending = [s for s in pending if s not in ready]
