@@ -4,6 +4,7 @@ ensemble and its steps, batching of steps, readiness, unload_dependents, and loa
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +55,10 @@ def test_example_ensemble_output_and_statistics(example_server) -> None:
     for model in before:  # the ensemble and each step: 3 rows in 2 successful requests
         assert after[model][0] - before[model][0] == 3, model
         assert after[model][1] - before[model][1] == 2, model
+    with urllib.request.urlopen(f"http://127.0.0.1:{example_server.metrics_port}/metrics", timeout=10) as reply:
+        metrics = reply.read().decode()
+    for model in before:  # Triton's metrics see the steps too
+        assert f'nv_inference_request_success{{model="{model}",version="1"}}' in metrics, model
 
 
 def _add_sub(repository: Path, name: str, config: str = "max_batch_size: 8") -> None:
@@ -100,6 +105,9 @@ def ensembles(tmp_path_factory):
               datatype="TYPE_INT32")
     _ensemble(repository, "cycle", [("add_sub", {"INPUT0": "A", "INPUT1": "y"}, {"OUTPUT0": "x"}),
                                     ("add_sub", {"INPUT0": "x", "INPUT1": "B"}, {"OUTPUT0": "y", "OUTPUT1": "S"})])
+    _ensemble(repository, "written_twice", [("add_sub", {"INPUT0": "A", "INPUT1": "B"}, {"OUTPUT0": "S"}),
+                                            ("add_sub", {"INPUT0": "A", "INPUT1": "B"}, {"OUTPUT0": "S"})])
+    _ensemble(repository, "unused_input", [("add_sub", {"INPUT0": "A", "INPUT1": "A"}, {"OUTPUT0": "S"})])
     _ensemble(repository, "loop_a", [("loop_b", {"A": "A", "B": "B"}, {"S": "S"})])
     _ensemble(repository, "loop_b", [("loop_a", {"A": "A", "B": "B"}, {"S": "S"})])
     server = start_server(repository, tmp_path_factory.mktemp("logs"), "--model-control-mode", "explicit")
@@ -113,6 +121,8 @@ def ensembles(tmp_path_factory):
     ("wrong_type", "ensemble 'wrong_type' step 0 (model 'add_sub'): ensemble tensor 'A' is INT32 but the model's "
                    "input 'INPUT0' is FP32"),
     ("cycle", "ensemble 'cycle' step 0 (model 'add_sub') can never run: its input tensors ['y']"),
+    ("written_twice", "ensemble tensor 'S' can appear in an output map only once for ensemble 'written_twice' step 1"),
+    ("unused_input", "ensemble input 'B' for ensemble unused_input' is not used"),
     ("loop_a", "ensemble 'loop_b' step 0: model 'loop_a' is an ensemble that depends on 'loop_b' (circular dependency"),
 ])
 def test_ensemble_load_errors_name_the_step(ensembles, name: str, text: str) -> None:
