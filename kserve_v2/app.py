@@ -69,7 +69,6 @@ class App:
         self.tracing = Tracing(settings.trace_otlp_endpoint or None, settings.server_name)
         memory = SharedMemoryRegistry() if settings.allow_client_shm else None
         logs = LogSettings(settings.log_verbose)
-        logs.install()
         self.service = InferenceService(self.manager, self.state, settings.server_name, settings.model_control_mode,
                                         metrics, self.tracing, memory, logs)
         self.server, self.health, self.servicer, self.grpc_port = build_server(self.service, settings)
@@ -97,6 +96,7 @@ class App:
                                              settings.metrics_port, settings.exit_timeout_secs,
                                              **connections)  # type: ignore[arg-type]
         self._health_updates: set[asyncio.Task[None]] = set()
+        logs.install()  # after uvicorn has set up its loggers
 
     def _on_change(self) -> None:
         task = asyncio.get_running_loop().create_task(self._publish_health())

@@ -35,11 +35,15 @@ class LogSettings(logging.Filter):
         self._installed = False
 
     def install(self) -> None:
-        """Filter every handler of the root logger from now on (idempotent)."""
-        if not self._installed:
-            for handler in logging.getLogger().handlers:
-                handler.addFilter(self)
-            self._installed = True
+        """Filter every handler configured so far: the root logger's and those of loggers that do
+        not propagate, such as uvicorn's (idempotent)."""
+        if self._installed:
+            return
+        loggers = [logging.getLogger(), *(logger for logger in logging.Logger.manager.loggerDict.values()
+                                          if isinstance(logger, logging.Logger))]
+        for handler in {id(h): h for logger in loggers for h in logger.handlers}.values():
+            handler.addFilter(self)
+        self._installed = True
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Whether a record passes the settings (``logging.Filter``)."""
