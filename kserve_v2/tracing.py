@@ -50,13 +50,16 @@ class Tracing:
 
     @contextmanager
     def request(self, name: str, carrier: Mapping[str, str], model: str) -> Iterator[trace.Span | None]:
-        """A span for one request, child of the caller's ``traceparent`` when the carrier has one,
-        for the requests the trace settings pick (Triton's trace extension)."""
+        """A span for one request, child of the caller's ``traceparent`` when the carrier has one
+        (of the current span when there is no carrier: an ensemble's steps), for the requests the
+        trace settings pick (Triton's trace extension)."""
         if self._tracer is None or not self.settings.sample(model):
             yield None
             return
-        parent = _PROPAGATOR.extract(carrier={k.lower(): v for k, v in carrier.items()})
-        with self._tracer.start_as_current_span(name, context=parent, kind=trace.SpanKind.SERVER,
+        # no carrier: a call made inside this server (an ensemble step) is a child of the current span
+        parent = _PROPAGATOR.extract(carrier={k.lower(): v for k, v in carrier.items()}) if carrier else None
+        kind = trace.SpanKind.SERVER if carrier else trace.SpanKind.INTERNAL
+        with self._tracer.start_as_current_span(name, context=parent, kind=kind,
                                                 attributes={"model.name": model}) as span:
             yield span
 

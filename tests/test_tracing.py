@@ -111,3 +111,22 @@ def test_trace_settings_pick_the_traced_requests(collector, tmp_path) -> None:
     finally:
         assert server.stop() == 0  # the exporter flushes on exit
     assert len([s for s in spans if s.name == "ModelInfer"]) == 2 + 1
+
+
+def test_ensemble_steps_are_child_spans_of_the_ensemble_request(collector, tmp_path) -> None:
+    endpoint, spans = collector
+    server = start_server(EXAMPLES, tmp_path, "--trace-otlp-endpoint", endpoint)
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            inputs = [grpcclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+            for tensor in inputs:
+                tensor.set_data_from_numpy(np.ones((1, 16), np.float32))
+            client.infer("simple_ensemble", inputs, headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
+    finally:
+        assert server.stop() == 0
+    requests = {[a.value.string_value for a in s.attributes if a.key == "model.name"][0]: s
+                for s in spans if s.name == "ModelInfer" and s.trace_id.hex() == TRACE_ID}
+    assert set(requests) == {"simple_ensemble", "preprocess_round", "simple"}
+    assert requests["simple_ensemble"].parent_span_id.hex() == PARENT_ID
+    for step in ("preprocess_round", "simple"):
+        assert requests[step].parent_span_id == requests["simple_ensemble"].span_id
