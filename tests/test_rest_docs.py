@@ -70,6 +70,13 @@ def test_fuzzed_requests_get_documented_answers_and_never_crash(example_server) 
     assert problems == []
     with urllib.request.urlopen(f"http://{example_server.http_url}/v2/health/live", timeout=10) as live:
         assert live.status == 200
+    # the fuzzer may have changed the log and trace settings of this shared server: restore them
+    for path, body in (("/v2/logging", {"log_info": True, "log_warning": True, "log_error": True,
+                                        "log_verbose_level": 0, "log_format": "default"}),
+                       ("/v2/trace/setting", {"trace_level": None, "trace_rate": None, "trace_count": None})):
+        request = urllib.request.Request(f"http://{example_server.http_url}{path}", data=json.dumps(body).encode())
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            assert reply.status == 200
 
 
 def test_docs_page_renders_the_api_in_a_real_browser(example_server, tmp_path) -> None:
