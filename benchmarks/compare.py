@@ -1,14 +1,22 @@
-"""Side by side, in one run: this server against MLServer 1.7 serving the same ONNX models.
+"""Side by side, in one run: this server, Triton 2.51, MLServer 1.7 and the ceiling of our own stack.
 
-MLServer (PyPI) runs in its own virtual environment (``mlserver-1.7`` in the user's cache folder,
-see benchmarks/cache.py; created on first use) with the small custom runtime in
-benchmarks/mlserver_runtime.py. perf_analyzer cannot drive MLServer (it asks for the ModelConfig RPC, which MLServer lacks: "failed to get model config:
-Method not found!"), so one closed-loop tritonclient asyncio load generator drives both servers
-with the same requests: `simple` over gRPC at concurrency 1, 4 and 16 and over REST at 4; the FP32
-identity model with 1 MiB and 16 MiB tensors over gRPC at 4. Then benchmarks/encode.py gives
-/v1/encode next to in-process ORT. Prints a table with ours / MLServer ratios.
+Servers, one at a time on the same box and the same ONNX files:
+- ours (the example repository);
+- Triton 2.51 from PyPI's nvidia-pytriton 0.7.0 wheel, serving the models through the python
+  backend with ONNX Runtime (benchmarks/triton.py; own environment in the user's cache folder);
+- MLServer 1.7 with a small ONNX Runtime runtime (benchmarks/mlserver_runtime.py; own environment);
+- the ceiling: a bare grpc.aio + uvloop servicer (benchmarks/ceiling_grpc.py) and a bare uvicorn +
+  httptools + uvloop ASGI app (benchmarks/ceiling_rest.py) that parse the request and answer a
+  prepared response.
 
-Usage: python benchmarks/compare.py [--seconds 5] [--smoke]
+Load generators: Triton's perf_analyzer drives ours, Triton and the ceiling; MLServer has no
+ModelConfig RPC ("failed to get model config: Method not found!"), so one closed-loop tritonclient
+asyncio generator drives ours and MLServer. Each ratio compares figures of one generator.
+Cases: `simple` over gRPC at concurrency 1, 4, 16; over REST with JSON at 4; the FP32 identity model
+at 1 MiB (concurrency 4) and 16 MiB (concurrency 1) over gRPC and over REST with binary tensors.
+Then our cold start to ready and idle RSS next to Triton's, and benchmarks/encode.py.
+
+Usage: python benchmarks/compare.py [--seconds 5] [--smoke] [--skip-triton] [--skip-mlserver]
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +40,9 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import triton  # noqa: E402 - sibling module
 from cache import cache_dir  # noqa: E402 - sibling module
-from perf import ROOT, start_server  # noqa: E402 - the sibling benchmark's server launcher
+from perf import ROOT, perf_analyzer, run, start_server  # noqa: E402 - the sibling benchmark's helpers
 
 HERE = Path(__file__).resolve().parent
 # uvloop 0.22 broke MLServer 1.7's workers ("There is no current event loop")
@@ -40,6 +50,29 @@ MLSERVER = ["mlserver==1.7.1", "uvloop<0.22", "onnxruntime", "numpy"]
 EXAMPLES = ROOT / "examples" / "model_repository"
 MIB = 2**20
 MINILM = "all-MiniLM-L6-v2"
+SERVERS = ("ours", "Triton", "ceiling", "MLServer")
+
+
+@dataclass(frozen=True)
+class Case:
+    label: str
+    protocol: str  # grpc | http
+    model: str
+    elements: int  # FP32 elements of the identity tensor; 0 for simple
+    concurrency: int
+    tensor_format: str | None = None  # http: json | binary
+
+
+CASES = (
+    Case("grpc simple c=1", "grpc", "simple", 0, 1),
+    Case("grpc simple c=4", "grpc", "simple", 0, 4),
+    Case("grpc simple c=16", "grpc", "simple", 0, 16),
+    Case("http simple json c=4", "http", "simple", 0, 4, "json"),
+    Case("grpc identity 1 MiB c=4", "grpc", "identity_fp32", MIB // 4, 4),
+    Case("grpc identity 16 MiB c=1", "grpc", "identity_fp32", 16 * MIB // 4, 1),
+    Case("http identity binary 1 MiB c=4", "http", "identity_fp32", MIB // 4, 4, "binary"),
+    Case("http identity binary 16 MiB c=1", "http", "identity_fp32", 16 * MIB // 4, 1, "binary"),
+)
 
 
 def mlserver_env() -> Path:
@@ -52,7 +85,20 @@ def mlserver_env() -> Path:
     return executable
 
 
-def start_mlserver(folder: Path, log: Path) -> tuple[subprocess.Popen, dict[str, int]]:
+def _wait_http(proc: subprocess.Popen, url: str, log: Path, what: str) -> None:
+    for _ in range(1200):
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)
+    proc.kill()
+    sys.exit(f"{what} did not become ready:\n{log.read_text()[-3000:]}")
+
+
+def start_mlserver(folder: Path, log: Path) -> tuple[list[subprocess.Popen], dict[str, int]]:
     ports = {"http": _free_port(), "grpc": _free_port()}
     for model in ("simple", "identity_fp32"):
         (folder / model).mkdir(parents=True)
@@ -63,16 +109,31 @@ def start_mlserver(folder: Path, log: Path) -> tuple[subprocess.Popen, dict[str,
     (folder / "settings.json").write_text(json.dumps({"host": "127.0.0.1", "http_port": ports["http"],
                                                       "grpc_port": ports["grpc"], "metrics_port": _free_port()}))
     proc = subprocess.Popen([str(mlserver_env()), "start", str(folder)], stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    for _ in range(600):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ports['http']}/v2/models/identity_fp32/ready", timeout=1):
-                return proc, ports
-        except OSError:
-            if proc.poll() is not None:
-                break
-            time.sleep(0.2)
-    proc.kill()
-    sys.exit(f"MLServer did not become ready:\n{log.read_text()[-3000:]}")
+    _wait_http(proc, f"http://127.0.0.1:{ports['http']}/v2/models/identity_fp32/ready", log, "MLServer")
+    return [proc], ports
+
+
+def start_ceiling(work: Path) -> tuple[list[subprocess.Popen], dict[str, int]]:
+    """Both ceiling servers (gRPC and REST), each its own process."""
+    ports = {"grpc": _free_port(), "http": _free_port()}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
+    procs = []
+    for protocol in ("grpc", "http"):
+        script = HERE / ("ceiling_grpc.py" if protocol == "grpc" else "ceiling_rest.py")
+        log = work / f"ceiling-{protocol}.log"
+        procs.append(subprocess.Popen([sys.executable, str(script), "--port", str(ports[protocol]), "--repository",
+                                       str(EXAMPLES)], stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env))
+    _wait_http(procs[1], f"http://127.0.0.1:{ports['http']}/v2/health/ready", work / "ceiling-http.log", "ceiling REST")
+    for _ in range(600):  # the gRPC ceiling prints its line once its port is open
+        if "listening" in (work / "ceiling-grpc.log").read_text():
+            return procs, ports
+        time.sleep(0.1)
+    sys.exit(f"ceiling gRPC did not start:\n{(work / 'ceiling-grpc.log').read_text()[-3000:]}")
+
+
+def start_triton(env: Path, work: Path) -> tuple[list[subprocess.Popen], dict[str, int]]:
+    ports = {"grpc": _free_port(), "http": _free_port(), "metrics": _free_port()}
+    return [triton.start(env, EXAMPLES, work, ports, work / "triton.log")], ports
 
 
 def _free_port() -> int:
@@ -81,7 +142,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _inputs(module, model: str, elements: int) -> list:
+def _inputs(module, model: str, elements: int, binary: bool) -> list:
     if model == "simple":
         arrays = {"INPUT0": np.arange(16, dtype=np.int32).reshape(1, 16), "INPUT1": np.ones((1, 16), np.int32)}
     else:
@@ -90,91 +151,157 @@ def _inputs(module, model: str, elements: int) -> list:
     for name, array in arrays.items():
         tensor = module.InferInput(name, list(array.shape), "INT32" if array.dtype == np.int32 else "FP32")
         if module is httpaio:
-            tensor.set_data_from_numpy(array, binary_data=False)  # JSON: MLServer has no binary tensor extension
+            tensor.set_data_from_numpy(array, binary_data=binary)
         else:
             tensor.set_data_from_numpy(array)
         tensors.append(tensor)
     return tensors
 
 
-async def drive(protocol: str, port: int, model: str, elements: int, concurrency: int, seconds: float) -> str | float:
-    """Closed loop: ``concurrency`` callers for ``seconds``; infer/s, or the first error's text."""
-    module = grpcaio if protocol == "grpc" else httpaio
+async def drive(case: Case, port: int, seconds: float) -> dict[str, float] | str:
+    """Closed loop: ``concurrency`` callers for ``seconds``; infer/s and p50/p99 ms, or the first error's text."""
+    http = case.protocol == "http"
+    module = httpaio if http else grpcaio
     url = f"127.0.0.1:{port}"
-    client = module.InferenceServerClient(url) if protocol == "http" else module.InferenceServerClient(
+    client = module.InferenceServerClient(url) if http else module.InferenceServerClient(
         url, channel_args=[("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1)])
-    inputs = _inputs(module, model, elements)
-    names = ["OUTPUT0", "OUTPUT1"] if model == "simple" else ["OUTPUT0"]
-    outputs = [httpaio.InferRequestedOutput(n, binary_data=False) for n in names] if protocol == "http" else None
+    binary = case.tensor_format == "binary"
+    inputs = _inputs(module, case.model, case.elements, binary)
+    names = ["OUTPUT0", "OUTPUT1"] if case.model == "simple" else ["OUTPUT0"]
+    outputs = [httpaio.InferRequestedOutput(n, binary_data=binary) for n in names] if http else None
     # tritonclient sends no Content-Type; MLServer's FastAPI then refuses the body (422)
-    headers = {"Content-Type": "application/json"} if protocol == "http" else None
-    done, errors = 0, []
+    headers = {"Content-Type": "application/json"} if http and not binary else None
+    latencies: list[float] = []
+    errors: list[str] = []
     deadline = time.perf_counter() + seconds
 
     async def caller() -> None:
-        nonlocal done
         while time.perf_counter() < deadline and not errors:
+            began = time.perf_counter()
             try:
-                await client.infer(model, inputs, outputs=outputs, headers=headers)
-                done += 1
+                await client.infer(case.model, inputs, outputs=outputs, headers=headers)
+                latencies.append(time.perf_counter() - began)
             except Exception as err:  # noqa: BLE001 - reported in the table
                 errors.append(str(err).splitlines()[0][:60])
 
     try:
-        await client.infer(model, inputs, outputs=outputs, headers=headers)  # warm-up
+        await client.infer(case.model, inputs, outputs=outputs, headers=headers)  # warm-up
         started = time.perf_counter()
-        await asyncio.gather(*[caller() for _ in range(concurrency)])
+        await asyncio.gather(*[caller() for _ in range(case.concurrency)])
         elapsed = time.perf_counter() - started
     except Exception as err:  # noqa: BLE001
         errors.append(str(err).splitlines()[0][:60])
     finally:
         await client.close()
-    return f"fails: {errors[0]}" if errors else done / elapsed
+    if errors or not latencies:
+        return f"fails: {errors[0] if errors else 'no request finished'}"
+    p50, p99 = np.percentile(latencies, [50, 99]) * 1000
+    return {"infer/s": len(latencies) / elapsed, "p50 ms": float(p50), "p99 ms": float(p99)}
 
 
-def _figure(value: str | float, elements: int) -> str:
-    if not isinstance(value, float):
+def measure_pa(tool: str, case: Case, ports: dict[str, int], seconds: float, work: Path) -> dict[str, float] | str:
+    """perf_analyzer's figures over three windows; no stability criterion (on a shared box it is rarely met)."""
+    shape = f"INPUT0:{case.elements}" if case.elements else None
+    try:
+        return run(tool, ports, case.model, case.concurrency, seconds, shape, work, case.protocol, case.tensor_format,
+                   stability=999)
+    except subprocess.CalledProcessError as err:
+        return f"fails: perf_analyzer exit {err.returncode}"
+
+
+def cold_start(work: Path) -> dict[str, float]:
+    """Seconds from exec to ready on the example repository, and RSS (MiB) one second after."""
+    began = time.perf_counter()
+    proc, _ = start_server(EXAMPLES, work / "cold.log")
+    ready = time.perf_counter() - began
+    time.sleep(1)
+    rss = _rss_mib(proc.pid)
+    proc.terminate()
+    proc.wait(60)
+    return {"ready s": ready, "idle RSS MiB": rss}
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _cell(value: dict[str, float] | str | None, case: Case) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
         return value
-    return f"{value * elements * 4 / 1e6:.0f} MB/s" if elements else f"{value:.0f} infer/s"
+    rate = value["infer/s"]
+    figure = f"{rate * case.elements * 4 / 1e6:,.0f} MB/s" if case.elements else f"{rate:,.0f} infer/s"
+    return f"{figure} ({value['p50 ms']:.2f} / {value['p99 ms']:.2f})"
+
+
+def _ratio(ours: dict[str, float] | str | None, theirs: dict[str, float] | str | None) -> str:
+    if isinstance(ours, dict) and isinstance(theirs, dict) and theirs["infer/s"]:
+        return f"{ours['infer/s'] / theirs['infer/s']:.2f}"
+    return "n/a"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=5)
+    parser.add_argument("--seconds", type=float, default=5, help="measurement window")
     parser.add_argument("--smoke", action="store_true", help="short windows: checks the harness, not the speed")
+    parser.add_argument("--skip-triton", action="store_true", help="leave Triton out")
+    parser.add_argument("--skip-mlserver", action="store_true", help="leave MLServer out")
+    parser.add_argument("--triton-if-cached", action="store_true",
+                        help="run Triton only when its environment is already in the cache (no download)")
     args = parser.parse_args()
     seconds = 0.5 if args.smoke else args.seconds
-    cases = [("grpc simple c=1", "grpc", "simple", 0, 1), ("grpc simple c=4", "grpc", "simple", 0, 4),
-             ("grpc simple c=16", "grpc", "simple", 0, 16), ("http simple c=4", "http", "simple", 0, 4),
-             ("grpc identity_fp32 1 MiB c=4", "grpc", "identity_fp32", MIB // 4, 4),
-             ("grpc identity_fp32 16 MiB c=4", "grpc", "identity_fp32", 16 * MIB // 4, 4)]
-    results: dict[str, dict[str, str | float]] = {}
+    tool = perf_analyzer()
+    triton_env = None if args.skip_triton else triton.environment(create=not args.triton_if_cached)
+    pa: dict[tuple[str, str], dict[str, float] | str] = {}  # (server, case) -> perf_analyzer figures
+    tc: dict[tuple[str, str], dict[str, float] | str] = {}  # (server, case) -> tritonclient generator figures
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for server in ("ours", "MLServer"):
-            if server == "ours":
-                proc, ports = start_server(EXAMPLES, work / "ours.log", "--model-control-mode", "explicit",
-                                           "--load-model", "simple", "--load-model", "identity_fp32")
-            else:
-                proc, ports = start_mlserver(work / "mlserver", work / "mlserver.log")
+        starts = {"ours": lambda: _ours(work), "ceiling": lambda: start_ceiling(work)}
+        if triton_env is not None:
+            starts["Triton"] = lambda: start_triton(triton_env, work)
+        if not args.skip_mlserver:
+            starts["MLServer"] = lambda: start_mlserver(work / "mlserver", work / "mlserver.log")
+        for server, launch in starts.items():
+            procs, ports = launch()
             try:
-                for label, protocol, model, elements, concurrency in cases:
-                    results.setdefault(label, {})[server] = asyncio.run(
-                        drive(protocol, ports[protocol], model, elements, concurrency, seconds))
+                for case in CASES:
+                    if server != "MLServer":
+                        pa[(server, case.label)] = measure_pa(tool, case, ports, seconds, work)
+                    if server in ("ours", "MLServer") and case.tensor_format != "binary":  # MLServer: no binary extension
+                        tc[(server, case.label)] = asyncio.run(drive(case, ports[case.protocol], seconds))
             finally:
-                proc.terminate()
-                proc.wait(60)
-    print("| case | ours | MLServer 1.7 | ours / MLServer |")
-    print("|---|---|---|---|")
-    for label, _, _, elements, _ in cases:
-        ours, theirs = results[label]["ours"], results[label]["MLServer"]
-        ratio = f"{ours / theirs:.2f}" if isinstance(ours, float) and isinstance(theirs, float) else "n/a"
-        print(f"| {label} | {_figure(ours, elements)} | {_figure(theirs, elements)} | {ratio} |")
+                for proc in procs:
+                    proc.terminate()
+                for proc in procs:
+                    proc.wait(60)
+        startup = cold_start(work)
+    print("perf_analyzer: ours, Triton 2.51, ceiling; tritonclient closed loop: ours, MLServer 1.7. "
+          "Cells: throughput (p50 / p99 ms).")
+    print("| case | ours | Triton 2.51 | ceiling | ours / Triton | ours / ceiling | ours (tritonclient) "
+          "| MLServer 1.7 (tritonclient) | ours / MLServer |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for case in CASES:
+        ours, theirs = pa.get(("ours", case.label)), pa.get(("Triton", case.label))
+        top, ours_tc, mls = pa.get(("ceiling", case.label)), tc.get(("ours", case.label)), tc.get(("MLServer", case.label))
+        print(f"| {case.label} | {_cell(ours, case)} | {_cell(theirs, case)} | {_cell(top, case)} | {_ratio(ours, theirs)} "
+              f"| {_ratio(ours, top)} | {_cell(ours_tc, case)} | {_cell(mls, case)} | {_ratio(ours_tc, mls)} |")
+    print(f"| cold start to ready (example repository) | {startup['ready s']:.2f} s | | | | | | | |")
+    print(f"| idle RSS | {startup['idle RSS MiB']:.0f} MiB | | | | | | | |")
     if not ((ROOT.parent / "shared" / "models" / MINILM).is_dir() or (EXAMPLES / MINILM / "1" / "tokenizer.json").is_file()):
         print(f"/v1/encode: skipped, no {MINILM} (keep ../shared beside the project or run `make models`)")
         return
     encode = [sys.executable, str(HERE / "encode.py")] + (["--smoke"] if args.smoke else [])
     subprocess.run(encode, check=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def _ours(work: Path) -> tuple[list[subprocess.Popen], dict[str, int]]:
+    proc, ports = start_server(EXAMPLES, work / "ours.log", "--model-control-mode", "explicit",
+                               "--load-model", "simple", "--load-model", "identity_fp32")
+    return [proc], ports
 
 
 if __name__ == "__main__":

@@ -69,12 +69,15 @@ def unbatched_repository(source: Path, target: Path) -> Path:
     return target
 
 
-def run(tool: str, ports: dict[str, int], model: str, concurrency: int, seconds: int, shape: str | None,
-        workdir: Path, protocol: str = "grpc", tensor_format: str | None = None, shm_bytes: int = 0) -> dict[str, float]:
+def run(tool: str, ports: dict[str, int], model: str, concurrency: int, seconds: float, shape: str | None,
+        workdir: Path, protocol: str = "grpc", tensor_format: str | None = None, shm_bytes: int = 0,
+        stability: int = 25) -> dict[str, float]:
+    """One perf_analyzer measurement: infer/s and p50/p99 latency in ms (``stability``: percent, a
+    large value takes the first three windows as they are)."""
     report = workdir / f"{protocol}-{model}-{concurrency}-{shape or 'default'}-{tensor_format}-{shm_bytes}.csv".replace(":", "_")
     command = [tool, "-m", model, "-i", protocol, "-u", f"127.0.0.1:{ports[protocol]}", "--concurrency-range", str(concurrency),
-               "--measurement-interval", str(seconds * 1000), "--max-trials", "10",
-               "--stability-percentage", "25", "-f", str(report)]
+               "--measurement-interval", str(int(seconds * 1000)), "--max-trials", "10",
+               "--stability-percentage", str(stability), "-f", str(report)]
     if shape:
         command += ["--shape", shape]
     if tensor_format:
