@@ -1,7 +1,10 @@
 """A loaded, servable model version: its configuration, backend executable, executor and statistics.
 
 Executions run on a thread pool sized by the instance group count, so ORT never blocks the
-event loop and at most ``count`` executions of a version run at once. With ``dynamic_batching``
+event loop for long and at most ``count`` executions of a version run at once. An execution whose
+inputs are small and whose version has been measured to take microseconds runs on the event loop
+itself: handing it to a thread and back costs more than the work (two thread wake-ups and a loop
+wake-up per request). With ``dynamic_batching``
 (and ``max_batch_size > 0``, or a text backend) requests go through the version's
 ``DynamicBatcher`` first; with ``sequence_batching``, through its ``SequenceBatcher``.
 """
@@ -25,6 +28,10 @@ from kserve_v2.spec import ModelSpec
 from kserve_v2.statistics import ModelStats
 
 T = TypeVar("T")
+# Work measured under this (moving average of its thread CPU time, ns) with inputs under INLINE_BYTES runs on the loop.
+INLINE_NS = 100_000
+INLINE_BYTES = 64 * 1024
+_UNMEASURED = float("inf")
 # texts in one merged batch of a text model, unless preferred_batch_size says otherwise
 TEXT_BATCH_ITEMS = 64
 
@@ -53,6 +60,9 @@ class ModelVersion:
         self._executable = executable
         self.on_gpu = executable.on_cuda
         instances = sum(g.count for g in config.instance_group) or 1
+        self._instances = instances
+        self._running = 0  # executions in progress (inline or on a thread)
+        self._cost_ns = _UNMEASURED  # moving average of an execution's duration
         self._executor = ThreadPoolExecutor(max_workers=instances, thread_name_prefix=f"ort-{name}-{version}")
         self._batcher: DynamicBatcher | SequenceBatcher | None = None
         self._merges_texts = isinstance(executable, BatchesTexts)
@@ -62,7 +72,8 @@ class ModelVersion:
                 key = executable.batch_key  # type: ignore[attr-defined]
             else:
                 limit, key = config.max_batch_size, None
-            self._batcher = DynamicBatcher(config.dynamic_batching, limit, instances, self._execute_batch, key)
+            self._batcher = DynamicBatcher(config.dynamic_batching, limit, instances, self._execute_batch, key,
+                                           None if self._merges_texts else self.runs_inline)
         if sequence is not None:
             self._batcher = SequenceBatcher(sequence, instances, self._execute_batch)
 
@@ -110,24 +121,50 @@ class ModelVersion:
                     share.batch_size = sum(sizes)
             return shares
 
-        return await self._on_instance(execute)
+        return await self._on_instance(execute, sum(a.nbytes for m in members for a in m.values()))
 
     async def _execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                        parameters: Mapping[str, Parameter]) -> tuple[Execution, int, int]:
         """One execution on an instance thread: (execution, started_ns, finished_ns)."""
-        return await self._on_instance(lambda: self._executable.execute(feeds, output_names, parameters))
+        return await self._on_instance(lambda: self._executable.execute(feeds, output_names, parameters),
+                                       sum(a.nbytes for a in feeds.values()))
 
-    async def _on_instance(self, work: Callable[[], T]) -> tuple[T, int, int]:
-        """Run ``work`` on an instance thread: (its result, started_ns, finished_ns)."""
-        started = 0
+    async def _on_instance(self, work: Callable[[], T], input_bytes: int) -> tuple[T, int, int]:
+        """Run ``work`` on an instance: (its result, started_ns, finished_ns).
+
+        On the event loop when it is known to be cheap (see INLINE_NS) and an instance is free,
+        else on an instance thread.
+        """
+        started = finished = 0
 
         def timed() -> T:
-            nonlocal started
-            started = time.perf_counter_ns()
-            return work()
+            nonlocal started, finished
+            started, cpu = time.perf_counter_ns(), time.thread_time_ns()
+            try:
+                return work()
+            finally:
+                finished, cpu = time.perf_counter_ns(), time.thread_time_ns() - cpu
+                # CPU time of the calling thread: what the loop would be blocked for, without others' preemption
+                cost = self._cost_ns
+                self._cost_ns = cpu if cost == _UNMEASURED else 0.8 * cost + 0.2 * cpu
 
-        result = await asyncio.get_running_loop().run_in_executor(self._executor, timed)
-        return result, started, time.perf_counter_ns()
+        if self.runs_inline(input_bytes):
+            self._running += 1
+            try:
+                return timed(), started, finished
+            finally:
+                self._running -= 1
+        self._running += 1
+        future = asyncio.get_running_loop().run_in_executor(self._executor, timed)
+        future.add_done_callback(self._done)  # counted until the thread finishes, even if the caller is cancelled
+        return await future, started, finished
+
+    def _done(self, _: object) -> None:
+        self._running -= 1
+
+    def runs_inline(self, input_bytes: int) -> bool:
+        """Whether an execution with ``input_bytes`` of inputs would run on the event loop now (see INLINE_NS)."""
+        return self._cost_ns < INLINE_NS and input_bytes <= INLINE_BYTES and self._running < self._instances
 
     def hold(self) -> None:
         """A request starts using this version (event loop only)."""

@@ -93,6 +93,11 @@ class InferenceService:
             return False
         return self._manager.startup_models_ready() or not state.strict_readiness
 
+    @property
+    def traces(self) -> bool:
+        """Whether requests are traced (transports pass a carrier only then)."""
+        return self._tracing.enabled
+
     def has_model(self, name: str) -> bool:
         """Whether ``name`` is a model this server has a record of (loaded, loading, failed or unloaded)."""
         return self._manager.knows(name)
@@ -181,6 +186,12 @@ class InferenceService:
             InvalidInput: any request check (see ``inference.decode_request``) -> INVALID_ARGUMENT.
             InternalError: ONNX Runtime failed to execute -> INTERNAL.
         """
+        if not self._tracing.enabled:  # the common case: no span, no context managers
+            model = self._manager.acquire_version(request.model_name, request.model_version)
+            try:
+                return await self._run(request, model, endpoint)
+            finally:
+                model.release()
         with self._tracing.request("ModelInfer", carrier or {}, request.model_name) as span:
             started = time.time_ns()
             with self._manager.acquire(request.model_name, request.model_version) as model:

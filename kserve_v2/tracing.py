@@ -48,6 +48,11 @@ class Tracing:
             self._tracer = self._provider.get_tracer("kserve_v2")
             log.info("tracing: exporting spans over OTLP/HTTP to %s", endpoint)
 
+    @property
+    def enabled(self) -> bool:
+        """Whether spans are recorded (else callers may skip building a carrier)."""
+        return self._tracer is not None
+
     @contextmanager
     def request(self, name: str, carrier: Mapping[str, str], model: str) -> Iterator[trace.Span | None]:
         """A span for one request, child of the caller's ``traceparent`` when the carrier has one

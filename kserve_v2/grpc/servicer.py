@@ -64,8 +64,12 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         return await _call(context, self._service.model_metadata, request)
 
     async def ModelInfer(self, request, context):
-        carrier = dict(context.invocation_metadata() or ())  # a W3C traceparent, when the caller traces
-        return await _call(context, lambda r: self._service.model_infer(r, carrier), request)
+        try:
+            # a W3C traceparent, when the caller traces; the metadata is read only when we trace
+            carrier = dict(context.invocation_metadata() or ()) if self._service.traces else None
+            return await self._service.model_infer(request, carrier)
+        except Exception as err:  # noqa: BLE001 - every failure becomes a status
+            await abort(context, err)
 
     async def ModelConfig(self, request, context):
         return await _call(context, self._service.model_config, request)

@@ -408,12 +408,17 @@ class ModelManager:
     @contextmanager
     def acquire(self, name: str, version: str) -> Iterator[ModelVersion]:
         """Resolve and hold a version for the duration of a request (unload waits for it)."""
-        model = self.resolve(name, version)
-        model.hold()
+        model = self.acquire_version(name, version)
         try:
             yield model
         finally:
             model.release()
+
+    def acquire_version(self, name: str, version: str) -> ModelVersion:
+        """Resolve and hold a version; the caller calls ``release()`` on it when done (see ``acquire``)."""
+        model = self.resolve(name, version)
+        model.hold()
+        return model
 
 
 def parse_version(version: str) -> int:
