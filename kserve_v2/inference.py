@@ -110,7 +110,7 @@ def _write(view: memoryview, array: np.ndarray, tensor: TensorSpec) -> None:
 
 def _decode_inputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None
                    ) -> dict[str, np.ndarray]:
-    by_name = {t.name: t for t in spec.inputs}
+    by_name = spec.inputs_by_name
     raw = request.raw_input_contents
     in_memory = [_memory_reference(sent.parameters, f"input '{sent.name}'", memory) for sent in request.inputs]
     for sent, reference in zip(request.inputs, in_memory, strict=True):  # before any count (Triton's order)
@@ -129,26 +129,27 @@ def _decode_inputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: Share
     raw_index = 0
     feeds: dict[str, np.ndarray] = {}
     for sent, reference in zip(request.inputs, in_memory, strict=True):
-        tensor = by_name.get(sent.name)
+        name = sent.name
+        tensor = by_name.get(name)
         if tensor is None:
-            raise InvalidInput(f"unexpected inference input '{sent.name}' for model '{spec.name}'")
-        if sent.name in feeds:
-            raise InvalidInput(f"input '{sent.name}' appears more than once in the request for model '{spec.name}'")
+            raise InvalidInput(f"unexpected inference input '{name}' for model '{spec.name}'")
+        if name in feeds:
+            raise InvalidInput(f"input '{name}' appears more than once in the request for model '{spec.name}'")
         if sent.datatype != tensor.dtype.v2:
             raise InvalidInput(
-                f"inference input '{sent.name}' data-type is '{sent.datatype}', "
+                f"inference input '{name}' data-type is '{sent.datatype}', "
                 f"but model '{spec.name}' expects '{tensor.dtype.v2}'"
             )
         shape = list(sent.shape)
         spec.check_shape(tensor, shape)
-        what = f"input '{sent.name}' for model '{spec.name}'"
+        what = f"input '{name}' for model '{spec.name}'"
         if reference is not None and memory is not None:
-            feeds[sent.name] = from_raw(memory.slice(*reference), tensor.dtype, shape, what)
+            feeds[name] = from_raw(memory.slice(*reference), tensor.dtype, shape, what)
         elif raw:
-            feeds[sent.name] = from_raw(raw[raw_index], tensor.dtype, shape, what)
+            feeds[name] = from_raw(raw[raw_index], tensor.dtype, shape, what)
             raw_index += 1
         else:
-            feeds[sent.name] = _from_typed_contents(sent, tensor, shape, what)
+            feeds[name] = _from_typed_contents(sent, tensor, shape, what)
     missing = [t.name for t in spec.inputs if t.name not in feeds and not t.optional]
     if missing:
         raise InvalidInput(
@@ -195,7 +196,7 @@ def _memory_reference(parameters: Mapping[str, pb.InferParameter], what: str, me
     Raises:
         InvalidInput: shared memory named while it is off, or parameters of the wrong type or missing.
     """
-    if not any(key in parameters for key in _SHM_PARAMETERS):
+    if not parameters or not any(key in parameters for key in _SHM_PARAMETERS):
         return None
     if memory is None:
         raise InvalidInput(f"{what} names a shared memory region, but client shared memory is disabled")
@@ -215,7 +216,7 @@ def _requested_outputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: S
     placed: dict[str, tuple[memoryview, pb.ModelInferResponse.InferOutputTensor]] = {}
     if not request.outputs:
         return list(spec.outputs), placed
-    by_name = {t.name: t for t in spec.outputs}
+    by_name = spec.outputs_by_name
     chosen: list[TensorSpec] = []
     for wanted in request.outputs:
         tensor = by_name.get(wanted.name)

@@ -8,7 +8,8 @@ metadata then shows it as -1 (Triton ``tritonserver.cc``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
 from kserve_v2 import datatypes
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.datatypes import DType
@@ -42,6 +43,13 @@ class ModelSpec:
     max_batch_size: int
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    # the same tensors by name, built once (request validation looks them up per request)
+    inputs_by_name: dict[str, TensorSpec] = field(init=False, repr=False, compare=False)
+    outputs_by_name: dict[str, TensorSpec] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs_by_name", {t.name: t for t in self.inputs})
+        object.__setattr__(self, "outputs_by_name", {t.name: t for t in self.outputs})
 
     @classmethod
     def from_config(cls, config: mc.ModelConfig) -> ModelSpec:
@@ -63,6 +71,8 @@ class ModelSpec:
         """
         dims = shape
         if self.max_batch_size > 0:
+            if shape and 0 <= shape[0] <= self.max_batch_size and tuple(shape[1:]) == tensor.dims:
+                return  # the common case: a batch within the limit and exactly the configured dims
             if not shape:
                 raise InvalidInput(
                     f"input '{tensor.name}' for model '{self.name}' must have a batch dimension"

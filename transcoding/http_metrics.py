@@ -56,6 +56,7 @@ class HttpMetricsMiddleware:
         self._routes = routes
         self._is_known_model = is_known_model
         self._children: dict[tuple[str, ...], tuple[Counter, Histogram]] = {}
+        self._open: dict[tuple[str, ...], tuple[Gauge, Histogram]] = {}  # in-flight and body children by labels
         self._match = functools.lru_cache(maxsize=4096)(self._pattern)
 
     def _pattern(self, method: str, path: str) -> tuple[str, str]:
@@ -73,6 +74,12 @@ class HttpMetricsMiddleware:
         if children is None:
             children = self._children[labels] = (self._metrics.requests.labels(*labels),
                                                  self._metrics.duration.labels(*labels))
+        return children
+
+    def _opened(self, labels: tuple[str, ...]) -> tuple[Gauge, Histogram]:
+        children = self._open.get(labels)
+        if children is None:
+            children = self._open[labels] = (self._metrics.in_flight.labels(*labels), self._metrics.body.labels(*labels))
         return children
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -93,7 +100,7 @@ class HttpMetricsMiddleware:
                 status[0] = str(message["status"])
             await send(message)
 
-        in_flight = self._metrics.in_flight.labels(*labels)
+        in_flight = self._opened(labels)[0]
         in_flight.inc()
         started = time.perf_counter()
         try:
@@ -102,9 +109,9 @@ class HttpMetricsMiddleware:
             in_flight.dec()
             if state.get("model"):
                 labels = (scope["method"], pattern, state["model"])
-            length = dict(scope.get("headers", [])).get(b"content-length", b"")
+            length = next((value for key, value in scope.get("headers", ()) if key == b"content-length"), b"")
             if length.isdigit():
-                self._metrics.body.labels(*labels).observe(int(length))
+                self._opened(labels)[1].observe(int(length))
             requests, duration = self._completed(labels + (status[0],))
             requests.inc()
             duration.observe(time.perf_counter() - started)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 
 from kserve_v2 import datatypes
 from kserve_v2._proto import grpc_service_pb2 as pb
@@ -128,7 +129,7 @@ def render_infer_response(response: pb.ModelInferResponse, parsed: HttpInfer) ->
             entry["data"] = _json_values(raw, tensor)
         outputs.append(entry)
     header["outputs"] = outputs
-    text = json.dumps(header, separators=(",", ":")).encode()
+    text = _dump(header)
     if not any(blobs):
         return text, None
     return text + b"".join(blobs), len(text)
@@ -137,15 +138,49 @@ def render_infer_response(response: pb.ModelInferResponse, parsed: HttpInfer) ->
 def load_json(data: bytes | memoryview) -> Any:
     """Parse JSON, refusing nesting deeper than 100 (Triton's limit).
 
+    orjson parses; what it refuses (NaN and Infinity literals, lone surrogates, nesting past
+    its own limit, malformed text) goes through the standard library, which keeps the accepted
+    documents and the error texts as they were.
+
     Raises:
         InvalidInput: malformed or too deeply nested JSON -> 400.
     """
+    data = bytes(data) if data else b"{}"
     try:
-        value = json.loads(bytes(data) if data else b"{}")
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        value = _load_stdlib(data)
+    if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH:  # nesting is bounded by the opening brackets
+        _check_depth(value)
+    return value
+
+
+def _dump(header: dict[str, Any]) -> bytes:
+    """Compact JSON. Output data held as numpy arrays is written by orjson straight from the buffer
+    (float32 as the shortest text that reads back as the same float32); a response with data as
+    Python lists (BYTES, non-finite floats) is written by the standard library as before
+    (``\\u`` escapes, NaN and Infinity)."""
+    if all(isinstance(entry.get("data"), np.ndarray | None) for entry in header["outputs"]):
+        return orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY)
+    return json.dumps(header, separators=(",", ":")).encode()
+
+
+def _float_list(values: np.ndarray) -> list[float]:
+    if values.dtype == np.float32:  # the shortest text that reads back as the same float32 (1.1, not 1.100000023841858)
+        return [float(text) for text in values.astype(str)]
+    return values.tolist()
+
+
+def _load_stdlib(data: bytes) -> Any:
+    try:
+        return json.loads(data)
     except RecursionError:
         raise InvalidInput(f"JSON nesting is deeper than {MAX_JSON_DEPTH}") from None
     except (ValueError, UnicodeDecodeError) as err:
         raise InvalidInput(f"malformed JSON: {err}") from None
+
+
+def _check_depth(value: Any) -> None:
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -153,7 +188,6 @@ def load_json(data: bytes | memoryview) -> Any:
             raise InvalidInput(f"JSON nesting is deeper than {MAX_JSON_DEPTH}")
         children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return value
 
 
 def _add_input(request: pb.ModelInferRequest, item: Any, binary: memoryview, offset: int, max_bytes: int) -> int:
@@ -198,12 +232,14 @@ def _json_to_raw(data: Any, datatype: str, shape: list[int], name: str, max_byte
     declared = math.prod(max(d, 0) for d in shape) * dtype.itemsize
     if declared > max_bytes:
         raise TooLarge(f"input '{name}' of shape {shape} would take {declared} bytes, over the {max_bytes}-byte limit")
+    # parsed JSON holds exact types (bool is not taken for a number, nor a number for a bool)
+    kinds = set(map(type, flat))
     if dtype.numpy.kind == "b":
-        valid = all(isinstance(v, bool) for v in flat)
+        valid = kinds <= {bool}
     elif dtype.numpy.kind in "iu":
-        valid = all(isinstance(v, int) and not isinstance(v, bool) for v in flat)
+        valid = kinds <= {int}
     else:
-        valid = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in flat)
+        valid = kinds <= {int, float}
     if not valid:
         raise InvalidInput(f"data of input '{name}' holds values that are not {datatype}")
     try:
@@ -215,6 +251,8 @@ def _json_to_raw(data: Any, datatype: str, shape: list[int], name: str, max_byte
 def _flatten(data: Any) -> list[Any]:
     if not isinstance(data, list):
         return [data]
+    if list not in set(map(type, data)):
+        return data  # already flat
     flat: list[Any] = []
     stack = [iter(data)]
     while stack:
@@ -228,7 +266,7 @@ def _flatten(data: Any) -> list[Any]:
     return flat
 
 
-def _json_values(raw: bytes, tensor: pb.ModelInferResponse.InferOutputTensor) -> list[Any]:
+def _json_values(raw: bytes, tensor: pb.ModelInferResponse.InferOutputTensor) -> list[Any] | np.ndarray:
     dtype = _dtype(tensor.datatype)
     if tensor.datatype in _NO_JSON:
         raise InvalidInput(f"sending {tensor.datatype} data via JSON is not supported. Please use the binary data "
@@ -237,9 +275,9 @@ def _json_values(raw: bytes, tensor: pb.ModelInferResponse.InferOutputTensor) ->
         items = unpack_bytes(raw, math.prod(tensor.shape), f"output '{tensor.name}'")
         return [item.decode("utf-8", errors="replace") for item in items]
     values = np.frombuffer(raw, dtype=dtype.numpy)
-    if values.dtype == np.float32:  # the shortest text that reads back as the same float32 (1.1, not 1.100000023841858)
-        return [float(text) for text in values.astype(str)]
-    return values.tolist()
+    if values.dtype.kind == "f" and not np.isfinite(values).all():
+        return _float_list(values)  # NaN and Infinity as the standard library writes them
+    return values  # written by orjson from the buffer (see _dump)
 
 
 def _dtype(datatype: str) -> datatypes.DType:

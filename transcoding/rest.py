@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -24,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput
@@ -46,6 +47,8 @@ HEADER_LENGTH = "inference-header-content-length"
 # response headers a browser script may read under CORS
 EXPOSED_HEADERS = (HEADER_LENGTH, "X-Trace-ID", "X-Total-Time", "X-Queue-Time", "X-Tokenization-Time",
                    "X-Inference-Time", "X-Postprocessing-Time", "Retry-After")
+# the infer routes' paths, as Starlette's router matches {model} and {version} (no slash in either)
+_INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
 # Swagger UI from the swagger-ui-bundle package's files: the page works with no network.
 DOCS_PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>kserve_v2 REST API</title>
@@ -123,7 +126,8 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
             parsed = raw_binary_request(body, name, version, metadata)
         else:
             parsed = parse_infer_request(body, header_length, name, version, max_input_bytes)
-        response, report = await service.model_infer_reported(parsed.request, dict(request.headers))
+        carrier = dict(request.headers) if service.traces else None  # a W3C traceparent, read only when tracing
+        response, report = await service.model_infer_reported(parsed.request, carrier)
         content, json_length = render_infer_response(response, parsed)
         headers = timing_headers(report, time.perf_counter_ns() - received)
         if report.trace_id:
@@ -228,9 +232,29 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
     middleware = [Middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"],
                              expose_headers=list(EXPOSED_HEADERS))] if cors_origins else []
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error}, middleware=middleware)
+    served = app if cors_origins else infer_first(app, route(infer))  # with CORS, every request goes through it
     if registry is None:
-        return app
-    return HttpMetricsMiddleware(app, HttpMetrics(registry), app.routes, lambda name: service.has_model(name))
+        return served
+    return HttpMetricsMiddleware(served, HttpMetrics(registry), app.routes, lambda name: service.has_model(name))
+
+
+def infer_first(app: Starlette, infer: Handler) -> ASGIApp:
+    """``POST /v2/models/{model}[/versions/{version}]/infer`` straight to its handler; everything
+    else through the router. The same route and handler the router has, without walking the
+    route table per request (the infer route is the hot one)."""
+
+    async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            match = _INFER_PATH.fullmatch(scope["path"])
+            if match is not None:
+                model, version = match.groups()
+                scope["path_params"] = {"model": model} if version is None else {"model": model, "version": version}
+                response = await infer(Request(scope, receive))
+                await response(scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    return dispatch
 
 
 def metrics_endpoint(registry: CollectorRegistry) -> Handler:
