@@ -10,7 +10,7 @@ entries belong, in order, to the other inputs (Triton's ``infer_handler.cc``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +23,8 @@ from kserve_v2.shared_memory import SharedMemoryRegistry
 from kserve_v2.spec import ModelSpec, TensorSpec
 from kserve_v2.tensors import element_count, from_contents, from_raw, pack_bytes, to_raw
 
+# a tensor's bytes: the message's own, or a view of a transport buffer
+Buffer = bytes | memoryview
 _SHM_PARAMETERS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 _INTEGER_PARAMS = ("int64_param", "uint64_param")
 # Triton reserves this prefix and rejects keys it does not know; other parameters are passed over.
@@ -43,11 +45,13 @@ class DecodedRequest:
     output_memory: dict[str, tuple[memoryview, pb.ModelInferResponse.InferOutputTensor]]
 
 
-def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None = None
-                   ) -> DecodedRequest:
+def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None = None,
+                   raw: Sequence[Buffer] | None = None) -> DecodedRequest:
     """Validate a request against the model and decode its tensors.
 
     ``memory``: the registered shared memory regions, or None when client shared memory is off.
+    ``raw``: the ``raw_input_contents`` entries when they travel beside the message (REST keeps
+    the body's bytes as they arrived instead of copying them into it); None: the message's own.
 
     Raises:
         InvalidInput: unknown, duplicate or missing inputs; datatype or shape mismatch;
@@ -65,7 +69,7 @@ def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: Share
         choice = value.WhichOneof("parameter_choice")
         if choice is not None:
             parameters[key] = getattr(value, choice)
-    feeds = _decode_inputs(request, spec, memory)
+    feeds = _decode_inputs(request, spec, memory, request.raw_input_contents if raw is None else raw)
     batch_size = _batch_size(feeds, spec)
     for tensor in spec.inputs:
         if tensor.reshape is not None and tensor.name in feeds:
@@ -75,28 +79,36 @@ def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: Share
 
 
 def encode_response(request: pb.ModelInferRequest, spec: ModelSpec, version: int, decoded: DecodedRequest,
-                    arrays: list[np.ndarray]) -> pb.ModelInferResponse:
+                    arrays: list[np.ndarray], raw: bool = True) -> tuple[pb.ModelInferResponse, list[np.ndarray]]:
     """Build the response: ``outputs[i]`` described in ``decoded.outputs`` and carried in
     ``raw_output_contents[i]``, or written into its shared memory region.
+
+    Returns:
+        (response, the output arrays in the shapes the response gives). With ``raw`` false the
+        response has no ``raw_output_contents``: the caller writes the arrays itself (REST sends
+        them from their own buffers).
 
     Raises:
         InvalidInput: an output larger than its shared memory range.
     """
     response = pb.ModelInferResponse(model_name=spec.name, model_version=str(version), id=request.id)
+    shaped = []
     for tensor, array in zip(decoded.outputs, arrays, strict=True):
         if tensor.reshape is not None and list(tensor.dims).count(-1) <= 1:
             batch = [array.shape[0]] if spec.max_batch_size > 0 and array.ndim else []
             array = array.reshape(batch + list(tensor.dims))
+        shaped.append(array)
         out = response.outputs.add(name=tensor.name, datatype=tensor.dtype.v2, shape=array.shape)
         if tensor.name in decoded.output_memory:
             view, described = decoded.output_memory[tensor.name]
             _write(view, array, tensor)
             for key, value in described.parameters.items():
                 out.parameters[key].CopyFrom(value)
-            response.raw_output_contents.append(b"")
-        else:
+            if raw:
+                response.raw_output_contents.append(b"")
+        elif raw:
             response.raw_output_contents.append(to_raw(array, tensor.dtype))
-    return response
+    return response, shaped
 
 
 def _write(view: memoryview, array: np.ndarray, tensor: TensorSpec) -> None:
@@ -108,10 +120,9 @@ def _write(view: memoryview, array: np.ndarray, tensor: TensorSpec) -> None:
     np.frombuffer(view, np.uint8, data.nbytes)[:] = data.reshape(-1).view(np.uint8)
 
 
-def _decode_inputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None
-                   ) -> dict[str, np.ndarray]:
+def _decode_inputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None,
+                   raw: Sequence[Buffer]) -> dict[str, np.ndarray]:
     by_name = spec.inputs_by_name
-    raw = request.raw_input_contents
     in_memory = [_memory_reference(sent.parameters, f"input '{sent.name}'", memory) for sent in request.inputs]
     for sent, reference in zip(request.inputs, in_memory, strict=True):  # before any count (Triton's order)
         if sent.HasField("contents") and reference is not None:

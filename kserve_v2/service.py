@@ -7,14 +7,16 @@ transcode into the same calls. Nothing here imports a transport.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from kserve_v2 import __version__
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, NotFound, ServerError, Unavailable
-from kserve_v2.inference import decode_request, encode_response
+from kserve_v2.inference import Buffer, decode_request, encode_response
 from kserve_v2.log_settings import LogSettings
 from kserve_v2.metrics import ENDPOINT, InferenceMetrics
 from kserve_v2.model import ModelVersion
@@ -32,7 +34,7 @@ SHM_EXTENSION = "system_shared_memory"
 @dataclass(frozen=True, slots=True)
 class RequestReport:
     """Where one request's time went (ns, the phases of ModelStatistics), the tokens a text model
-    processed, and the trace id (or None)."""
+    processed, the trace id (or None), and the output arrays when asked for (``raw_outputs=False``)."""
 
     total_ns: int
     queue_ns: int
@@ -41,6 +43,7 @@ class RequestReport:
     compute_output_ns: int
     tokens: int = 0
     trace_id: str | None = None
+    outputs: tuple[np.ndarray, ...] = ()  # the output arrays, when the caller takes them instead of raw contents
 
 
 class ServerState:
@@ -169,7 +172,8 @@ class InferenceService:
         return response
 
     async def model_infer_reported(self, request: pb.ModelInferRequest, carrier: Mapping[str, str] | None = None,
-                                   endpoint: str = ENDPOINT) -> tuple[pb.ModelInferResponse, RequestReport]:
+                                   endpoint: str = ENDPOINT, raw_inputs: Sequence[Buffer] | None = None,
+                                   raw_outputs: bool = True) -> tuple[pb.ModelInferResponse, RequestReport]:
         """Run one inference request; also report where its time went and its trace id.
 
         Args:
@@ -177,6 +181,11 @@ class InferenceService:
             carrier: transport headers or metadata, for a W3C ``traceparent``.
             endpoint: the API the request came through (SIE's ``endpoint`` metric label:
                 ``infer`` for V2, ``encode``, ``score``, ``extract``, ``embeddings``).
+            raw_inputs: the ``raw_input_contents`` entries kept beside the message (no copy into
+                it); None: the message's own.
+            raw_outputs: false: the response carries no ``raw_output_contents`` and the output
+                arrays come back in ``RequestReport.outputs`` (for transports that send them
+                from the arrays' buffers).
 
         Raises:
             Unavailable: version not ready -> UNAVAILABLE. (During a drain the transports turn
@@ -189,13 +198,13 @@ class InferenceService:
         if not self._tracing.enabled:  # the common case: no span, no context managers
             model = self._manager.acquire_version(request.model_name, request.model_version)
             try:
-                return await self._run(request, model, endpoint)
+                return await self._run(request, model, endpoint, raw_inputs, raw_outputs)
             finally:
                 model.release()
         with self._tracing.request("ModelInfer", carrier or {}, request.model_name) as span:
             started = time.time_ns()
             with self._manager.acquire(request.model_name, request.model_version) as model:
-                response, report = await self._run(request, model, endpoint)
+                response, report = await self._run(request, model, endpoint, raw_inputs, raw_outputs)
             if span is None:
                 return response, report
             self._tracing.phases(span, started, {"compute_input": report.compute_input_ns, "queue": report.queue_ns,
@@ -203,14 +212,14 @@ class InferenceService:
                                                  "compute_output": report.compute_output_ns})
             return response, replace(report, trace_id=Tracing.trace_id(span))
 
-    async def _run(self, request: pb.ModelInferRequest, model: ModelVersion, endpoint: str
-                   ) -> tuple[pb.ModelInferResponse, RequestReport]:
+    async def _run(self, request: pb.ModelInferRequest, model: ModelVersion, endpoint: str,
+                   raw_inputs: Sequence[Buffer] | None, raw_outputs: bool) -> tuple[pb.ModelInferResponse, RequestReport]:
         started = time.perf_counter_ns()
         version = str(model.version)
         if self._metrics is not None:
             self._metrics.started(model.name, version)
         try:
-            decoded = decode_request(request, model.spec, self._memory)
+            decoded = decode_request(request, model.spec, self._memory, raw_inputs)
             decoded_at = time.perf_counter_ns()
             try:
                 execution, queue_ns, infer_ns = await model.run(
@@ -220,7 +229,7 @@ class InferenceService:
             except Exception as err:
                 raise InternalError(f"{model.config.backend} execution failed for model '{model.name}': {err}") from err
             ran_at = time.perf_counter_ns()
-            response = encode_response(request, model.spec, model.version, decoded, execution.outputs)
+            response, arrays = encode_response(request, model.spec, model.version, decoded, execution.outputs, raw_outputs)
         except BaseException as err:
             elapsed = time.perf_counter_ns() - started
             model.stats.record_failure(elapsed)
@@ -230,7 +239,8 @@ class InferenceService:
             raise
         finished = time.perf_counter_ns()
         timing = RequestReport(finished - started, queue_ns, decoded_at - started + execution.pre_ns, infer_ns,
-                               finished - ran_at + execution.post_ns, tokens=execution.tokens)
+                               finished - ran_at + execution.post_ns, tokens=execution.tokens,
+                               outputs=() if raw_outputs else tuple(arrays))
         phases = (timing.total_ns, timing.queue_ns, timing.compute_input_ns, timing.compute_infer_ns,
                   timing.compute_output_ns)
         model.stats.record_success(decoded.batch_size, execution.executions, *phases, execution.batch_size)

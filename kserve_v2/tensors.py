@@ -137,8 +137,15 @@ def pack_bytes(array: np.ndarray) -> bytes:
 
 def to_raw(array: np.ndarray, dtype: DType) -> bytes:
     """Encode an output array as one ``raw_output_contents`` entry (row-major, little-endian)."""
+    return bytes(as_buffer(array, dtype))
+
+
+def as_buffer(array: np.ndarray, dtype: DType) -> bytes | memoryview:
+    """The bytes ``to_raw`` gives, as a view of the array's own buffer when it is already
+    row-major and little-endian (no copy); BYTES are framed into new bytes."""
     if dtype is BYTES:
         return pack_bytes(array)
     if dtype is BF16:
         array = array.view(np.uint16)
-    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+    array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    return memoryview(array.reshape(-1).view(np.uint8))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Sequence
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from kserve_v2.errors import ErrorCode, InvalidInput, ServerError, TooLarge
 
@@ -53,11 +55,37 @@ async def read_body(request: Request, limit: int) -> bytes:
     return data
 
 
-def compressed(content: bytes, accept: str, headers: dict[str, str], media: str) -> Response:
-    """Compress with gzip or deflate when the client accepts it (Triton's response compression)."""
-    accepted = {part.split(";")[0].strip().lower() for part in accept.split(",")}
-    if "gzip" in accepted:
-        content, headers = gzip.compress(content, compresslevel=1), {**headers, "Content-Encoding": "gzip"}
-    elif "deflate" in accepted:
-        content, headers = zlib.compress(content, 1), {**headers, "Content-Encoding": "deflate"}
-    return Response(content, media_type=media, headers=headers)
+def compressed(content: bytes | Sequence[bytes | memoryview], accept: str, headers: dict[str, str], media: str
+               ) -> Response:
+    """Compress with gzip or deflate when the client accepts it (Triton's response compression).
+
+    ``content``: the body, or its parts in order; uncompressed parts are sent as they are, each
+    from its own buffer (a tensor's bytes are not copied into one body).
+    """
+    accepted = {part.split(";")[0].strip().lower() for part in accept.split(",")} if accept else set()
+    if accepted & {"gzip", "deflate"}:
+        content = content if isinstance(content, bytes) else b"".join(content)
+        if "gzip" in accepted:
+            content, headers = gzip.compress(content, compresslevel=1), {**headers, "Content-Encoding": "gzip"}
+        else:
+            content, headers = zlib.compress(content, 1), {**headers, "Content-Encoding": "deflate"}
+    if isinstance(content, bytes):
+        return Response(content, media_type=media, headers=headers)
+    if len(content) == 1:
+        return Response(bytes(content[0]), media_type=media, headers=headers)
+    return PartsResponse(content, media, headers)
+
+
+class PartsResponse(Response):
+    """A response whose body is sent as several parts (one ``http.response.body`` message each),
+    with the Content-Length of their sum."""
+
+    def __init__(self, parts: Sequence[bytes | memoryview], media: str, headers: dict[str, str]) -> None:
+        super().__init__(None, media_type=media, headers={**headers, "Content-Length": str(sum(len(p) for p in parts))})
+        self._parts = parts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        last = len(self._parts) - 1
+        for index, part in enumerate(self._parts):
+            await send({"type": "http.response.body", "body": part, "more_body": index < last})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,8 @@ from kserve_v2 import datatypes
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.datatypes import BYTES
 from kserve_v2.errors import InvalidInput, TooLarge
-from kserve_v2.tensors import pack_bytes, unpack_bytes
+from kserve_v2.inference import Buffer
+from kserve_v2.tensors import as_buffer, pack_bytes, unpack_bytes
 
 MAX_JSON_DEPTH = 100
 _NO_JSON = ("FP16", "BF16")
@@ -35,6 +37,8 @@ class HttpInfer:
     request: pb.ModelInferRequest
     binary_outputs: set[str] = field(default_factory=set)
     all_binary: bool = False
+    # the raw_input_contents entries, kept beside the message: binary data as views of the body (no copy)
+    raw: list[Buffer] = field(default_factory=list)
 
 
 def parse_infer_request(body: bytes, header_length: int | None, model: str, version: str, max_bytes: int) -> HttpInfer:
@@ -67,7 +71,7 @@ def parse_infer_request(body: bytes, header_length: int | None, model: str, vers
             _set_parameter(request.parameters[key], value, key)
     offset = 0
     for item in header["inputs"]:
-        offset = _add_input(request, item, binary, offset, max_bytes)
+        offset = _add_input(parsed, item, binary, offset, max_bytes)
     if offset != len(binary):
         raise InvalidInput(f"the body has {len(binary) - offset} bytes of binary data that no input claims")
     for item in header.get("outputs") or []:
@@ -100,16 +104,21 @@ def raw_binary_request(body: bytes, model: str, version: str, metadata: pb.Model
         variable = list(tensor.shape).index(-1, 1)
         fixed = math.prod(d for i, d in enumerate(shape) if i != variable)
         shape[variable] = len(body) // max(fixed * dtype.itemsize, 1)
-    request = pb.ModelInferRequest(model_name=model, model_version=version, raw_input_contents=[body])
+    request = pb.ModelInferRequest(model_name=model, model_version=version)
     request.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=shape)
-    return HttpInfer(request, all_binary=True)
+    return HttpInfer(request, all_binary=True, raw=[body])
 
 
-def render_infer_response(response: pb.ModelInferResponse, parsed: HttpInfer) -> tuple[bytes, int | None]:
+def render_infer_response(response: pb.ModelInferResponse, parsed: HttpInfer, arrays: Sequence[np.ndarray]
+                          ) -> tuple[list[Buffer], int | None]:
     """Render the response: JSON, plus binary blobs for the outputs asked for that way.
 
+    Args:
+        response: the core's response, without raw contents.
+        arrays: its output arrays, in order; binary outputs are sent from their buffers.
+
     Returns:
-        (body, header length) - the length is None when the body is all JSON.
+        (body parts to send in order, header length) - the length is None when the body is all JSON.
 
     Raises:
         InvalidInput: an FP16/BF16 output requested as JSON.
@@ -118,21 +127,22 @@ def render_infer_response(response: pb.ModelInferResponse, parsed: HttpInfer) ->
     if response.id:
         header["id"] = response.id
     outputs, blobs = [], []
-    for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=True):
+    for tensor, array in zip(response.outputs, arrays, strict=True):
         entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
         if "shared_memory_region" in tensor.parameters:
             pass  # written into the client's region: named only, no data and no parameters, as Triton answers
         elif parsed.all_binary or tensor.name in parsed.binary_outputs:
-            entry["parameters"] = {"binary_data_size": len(raw)}
-            blobs.append(raw)
+            blob = as_buffer(array, _dtype(tensor.datatype))
+            entry["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
         else:
-            entry["data"] = _json_values(raw, tensor)
+            entry["data"] = _json_values(array, tensor)
         outputs.append(entry)
     header["outputs"] = outputs
     text = _dump(header)
-    if not any(blobs):
-        return text, None
-    return text + b"".join(blobs), len(text)
+    if not any(len(blob) for blob in blobs):
+        return [text], None
+    return [text, *blobs], len(text)
 
 
 def load_json(data: bytes | memoryview) -> Any:
@@ -190,7 +200,8 @@ def _check_depth(value: Any) -> None:
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
-def _add_input(request: pb.ModelInferRequest, item: Any, binary: memoryview, offset: int, max_bytes: int) -> int:
+def _add_input(parsed: HttpInfer, item: Any, binary: memoryview, offset: int, max_bytes: int) -> int:
+    request = parsed.request
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise InvalidInput("each input must be an object with a 'name'")
     name, datatype, shape = item["name"], item.get("datatype"), item.get("shape")
@@ -207,7 +218,7 @@ def _add_input(request: pb.ModelInferRequest, item: Any, binary: memoryview, off
             raise InvalidInput(f"input '{name}' has both 'data' and binary_data_size")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(binary):
             raise InvalidInput(f"binary_data_size of input '{name}' does not fit the binary data of the body")
-        request.raw_input_contents.append(bytes(binary[offset : offset + size]))
+        parsed.raw.append(binary[offset : offset + size])
         return offset + size
     if any(k.startswith("shared_memory") for k in parameters):
         if "data" in item:
@@ -215,7 +226,7 @@ def _add_input(request: pb.ModelInferRequest, item: Any, binary: memoryview, off
         return offset  # no raw entry: the core reads it from the region
     if "data" not in item:
         raise InvalidInput(f"input '{name}' has no 'data' and no binary_data_size")
-    request.raw_input_contents.append(_json_to_raw(item["data"], datatype, shape, name, max_bytes))
+    parsed.raw.append(_json_to_raw(item["data"], datatype, shape, name, max_bytes))
     return offset
 
 
@@ -266,15 +277,15 @@ def _flatten(data: Any) -> list[Any]:
     return flat
 
 
-def _json_values(raw: bytes, tensor: pb.ModelInferResponse.InferOutputTensor) -> list[Any] | np.ndarray:
+def _json_values(array: np.ndarray, tensor: pb.ModelInferResponse.InferOutputTensor) -> list[Any] | np.ndarray:
     dtype = _dtype(tensor.datatype)
     if tensor.datatype in _NO_JSON:
         raise InvalidInput(f"sending {tensor.datatype} data via JSON is not supported. Please use the binary data "
                            f"format for output {tensor.name}")  # Triton's text
     if dtype is BYTES:
-        items = unpack_bytes(raw, math.prod(tensor.shape), f"output '{tensor.name}'")
+        items = unpack_bytes(pack_bytes(array), math.prod(tensor.shape), f"output '{tensor.name}'")
         return [item.decode("utf-8", errors="replace") for item in items]
-    values = np.frombuffer(raw, dtype=dtype.numpy)
+    values = np.ascontiguousarray(array, dtype=dtype.numpy).reshape(-1)
     if values.dtype.kind == "f" and not np.isfinite(values).all():
         return _float_list(values)  # NaN and Infinity as the standard library writes them
     return values  # written by orjson from the buffer (see _dump)

@@ -127,8 +127,9 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         else:
             parsed = parse_infer_request(body, header_length, name, version, max_input_bytes)
         carrier = dict(request.headers) if service.traces else None  # a W3C traceparent, read only when tracing
-        response, report = await service.model_infer_reported(parsed.request, carrier)
-        content, json_length = render_infer_response(response, parsed)
+        response, report = await service.model_infer_reported(parsed.request, carrier, raw_inputs=parsed.raw,
+                                                              raw_outputs=False)
+        content, json_length = render_infer_response(response, parsed, report.outputs)
         headers = timing_headers(report, time.perf_counter_ns() - received)
         if report.trace_id:
             headers["X-Trace-ID"] = report.trace_id
