@@ -1,6 +1,7 @@
 """Side by side, in one run: this server, Triton 2.51, MLServer 1.7 and the ceiling of our own stack.
 
-Servers, one at a time on the same box and the same ONNX files:
+Servers, all started at once on the same box with the same ONNX files, then measured case by case,
+one after another (so the figures of a row are taken within the same minute on a noisy box):
 - ours (the example repository);
 - Triton 2.51 from PyPI's nvidia-pytriton 0.7.0 wheel, serving the models through the python
   backend with ONNX Runtime (benchmarks/triton.py; own environment in the user's cache folder);
@@ -107,7 +108,8 @@ def start_mlserver(folder: Path, log: Path) -> tuple[list[subprocess.Popen], dic
                     "parameters": {"uri": str(EXAMPLES / model / "1" / "model.onnx")}}
         (folder / model / "model-settings.json").write_text(json.dumps(settings))
     (folder / "settings.json").write_text(json.dumps({"host": "127.0.0.1", "http_port": ports["http"],
-                                                      "grpc_port": ports["grpc"], "metrics_port": _free_port()}))
+                                                      "grpc_port": ports["grpc"], "metrics_port": _free_port(),
+                                                      "grpc_max_message_length": 2**31 - 1}))
     proc = subprocess.Popen([str(mlserver_env()), "start", str(folder)], stdout=open(log, "w"), stderr=subprocess.STDOUT)
     _wait_http(proc, f"http://127.0.0.1:{ports['http']}/v2/models/identity_fp32/ready", log, "MLServer")
     return [proc], ports
@@ -265,17 +267,23 @@ def main() -> None:
             starts["Triton"] = lambda: start_triton(triton_env, work)
         if not args.skip_mlserver:
             starts["MLServer"] = lambda: start_mlserver(work / "mlserver", work / "mlserver.log")
-        for server, launch in starts.items():
-            procs, ports = launch()
-            try:
-                for case in CASES:
+        running: dict[str, tuple[list[subprocess.Popen], dict[str, int]]] = {}
+        try:
+            for server, launch in starts.items():
+                running[server] = launch()
+            # every server up at once (idle ones cost next to nothing), measured case by case, back to back:
+            # on a shared, noisy box the figures of one row are then taken within the same minute
+            for case in CASES:
+                for server, (_, ports) in running.items():
                     if server != "MLServer":
                         pa[(server, case.label)] = measure_pa(tool, case, ports, seconds, work)
                     if server in ("ours", "MLServer") and case.tensor_format != "binary":  # MLServer: no binary extension
                         tc[(server, case.label)] = asyncio.run(drive(case, ports[case.protocol], seconds))
-            finally:
+        finally:
+            for procs, _ in running.values():
                 for proc in procs:
                     proc.terminate()
+            for procs, _ in running.values():
                 for proc in procs:
                     proc.wait(60)
         startup = cold_start(work)
