@@ -338,3 +338,30 @@ def test_timing_headers_are_present_and_consistent(hclient, example_server) -> N
         assert total > 0 and all(value >= 0 for value in phases.values())
         assert all(total >= value for value in phases.values()), headers
         assert total >= sum(phases.values()) + float(headers.get("x-postprocessing-time", 0)) - 0.01
+
+
+def test_json_numbers_non_finite_values_and_binary_parts(example_server) -> None:
+    """FP32 data prints as the shortest text that reads back as the same float32; NaN and Infinity go in and come
+    back as before; a bool is not an INT32; binary outputs sent as separate parts arrive whole after the JSON."""
+    path = "/v2/models/identity_fp32/infer"
+    plain = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1.1, 0.1, 3, -2.5]}]}
+    status, _, body = http(example_server, "POST", path, json.dumps(plain).encode())
+    assert status == 200 and b'"data":[1.1,0.1,3.0,-2.5]' in body
+    special = b'{"inputs": [{"name": "INPUT0", "shape": [1, 3], "datatype": "FP32", "data": [NaN, Infinity, 1.5]}]}'
+    status, _, body = http(example_server, "POST", path, special)
+    assert status == 200 and b'"data":[NaN,Infinity,1.5]' in body
+    bools = {"inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "data": [True] + [1] * 15}
+                        for n in ("INPUT0", "INPUT1")]}
+    status, _, body = http(example_server, "POST", "/v2/models/simple/infer", json.dumps(bools).encode())
+    assert status == 400 and "holds values that are not INT32" in json.loads(body)["error"]
+    values = np.arange(2**16, dtype=np.float32)
+    header = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 2**16], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": values.nbytes}}],
+                         "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}).encode()
+    status, headers, body = http(example_server, "POST", path, header + values.tobytes(),
+                                 {"Inference-Header-Content-Length": str(len(header))})
+    headers = {key.lower(): value for key, value in headers.items()}
+    length = int(headers["inference-header-content-length"])
+    assert status == 200 and int(headers["content-length"]) == len(body) == length + values.nbytes
+    assert json.loads(body[:length])["outputs"][0]["parameters"]["binary_data_size"] == values.nbytes
+    assert np.array_equal(np.frombuffer(body[length:], np.float32), values)
