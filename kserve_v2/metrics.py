@@ -71,6 +71,9 @@ class InferenceMetrics(Collector):
             lambda: [0.0] * (len(LATENCY_BUCKETS) + 2))
         self._batches: defaultdict[str, list[float]] = defaultdict(lambda: [0.0] * (len(BATCH_BUCKETS) + 2))
         self._tokens: defaultdict[str, int] = defaultdict(int)
+        # per (model, version, endpoint): the slots above that a success updates, looked up once
+        self._rows: dict[tuple[str, str, str], tuple[list[float], list[float], list[tuple[list[float], int]],
+                                                      list[float]]] = {}
         registry.register(self)
 
     def started(self, model: str, version: str) -> None:
@@ -82,7 +85,12 @@ class InferenceMetrics(Collector):
         """Account a successful request (durations in ns; exported in us, latency in s)."""
         key = (model, version)
         self._pending[key] -= 1
-        v = self._values[key]
+        rows = self._rows.get((model, version, endpoint))
+        if rows is None:
+            rows = self._rows[(model, version, endpoint)] = (
+                self._values[key], self._latency[key], [(self._phases[(model, endpoint, phase)], index)
+                                                        for phase, index in SIE_PHASES], self._batches[model])
+        v, latency, phases, batches = rows
         v[0] += 1
         v[1] += batch_size
         v[2] += executions
@@ -91,11 +99,11 @@ class InferenceMetrics(Collector):
         v[5] += input_ns / 1000
         v[6] += infer_ns / 1000
         v[7] += output_ns / 1000
-        _observe(self._latency[key], LATENCY_BUCKETS, total_ns / 1e9)
+        _observe(latency, LATENCY_BUCKETS, total_ns / 1e9)
         durations = (batch_size, total_ns, queue_ns, input_ns, infer_ns, output_ns)
-        for phase, index in SIE_PHASES:
-            _observe(self._phases[(model, endpoint, phase)], LATENCY_BUCKETS, durations[index] / 1e9)
-        _observe(self._batches[model], BATCH_BUCKETS, batch_size)
+        for counts, index in phases:
+            _observe(counts, LATENCY_BUCKETS, durations[index] / 1e9)
+        _observe(batches, BATCH_BUCKETS, batch_size)
         self._requests[(model, endpoint, "ok")] += 1
         self._tokens[model] += tokens
 

@@ -63,7 +63,11 @@ class ModelStats:
         self.queue.add(queue_ns)
         phases_of = [self.phases]
         if executions:
-            phases_of.append(self.by_batch.setdefault(execution_batch or batch_size, Phases()))
+            size = execution_batch or batch_size
+            batch = self.by_batch.get(size)
+            if batch is None:  # not setdefault: that would build a Phases per request
+                batch = self.by_batch[size] = Phases()
+            phases_of.append(batch)
         for phases in phases_of:
             phases.compute_input.add(input_ns)
             phases.compute_infer.add(infer_ns)

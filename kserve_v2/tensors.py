@@ -137,7 +137,9 @@ def pack_bytes(array: np.ndarray) -> bytes:
 
 def to_raw(array: np.ndarray, dtype: DType) -> bytes:
     """Encode an output array as one ``raw_output_contents`` entry (row-major, little-endian)."""
-    return bytes(as_buffer(array, dtype))
+    if dtype is BYTES:
+        return pack_bytes(array)
+    return _row_major_le(array, dtype).tobytes()
 
 
 def as_buffer(array: np.ndarray, dtype: DType) -> bytes | memoryview:
@@ -145,7 +147,10 @@ def as_buffer(array: np.ndarray, dtype: DType) -> bytes | memoryview:
     row-major and little-endian (no copy); BYTES are framed into new bytes."""
     if dtype is BYTES:
         return pack_bytes(array)
+    return memoryview(_row_major_le(array, dtype).reshape(-1).view(np.uint8))
+
+
+def _row_major_le(array: np.ndarray, dtype: DType) -> np.ndarray:
     if dtype is BF16:
         array = array.view(np.uint16)
-    array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
-    return memoryview(array.reshape(-1).view(np.uint8))
+    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
