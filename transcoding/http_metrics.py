@@ -56,7 +56,8 @@ class HttpMetricsMiddleware:
         self._routes = routes
         self._is_known_model = is_known_model
         self._children: dict[tuple[str, ...], tuple[Counter, Histogram]] = {}
-        self._open: dict[tuple[str, ...], tuple[Gauge, Histogram]] = {}  # in-flight and body children by labels
+        self._gauges: dict[tuple[str, ...], Gauge] = {}  # in-flight children by labels
+        self._bodies: dict[tuple[str, ...], Histogram] = {}  # body size children by labels
         self._match = functools.lru_cache(maxsize=4096)(self._pattern)
 
     def _pattern(self, method: str, path: str) -> tuple[str, str]:
@@ -76,11 +77,17 @@ class HttpMetricsMiddleware:
                                                  self._metrics.duration.labels(*labels))
         return children
 
-    def _opened(self, labels: tuple[str, ...]) -> tuple[Gauge, Histogram]:
-        children = self._open.get(labels)
-        if children is None:
-            children = self._open[labels] = (self._metrics.in_flight.labels(*labels), self._metrics.body.labels(*labels))
-        return children
+    def _in_flight(self, labels: tuple[str, ...]) -> Gauge:
+        child = self._gauges.get(labels)
+        if child is None:
+            child = self._gauges[labels] = self._metrics.in_flight.labels(*labels)
+        return child
+
+    def _body(self, labels: tuple[str, ...]) -> Histogram:
+        child = self._bodies.get(labels)
+        if child is None:
+            child = self._bodies[labels] = self._metrics.body.labels(*labels)
+        return child
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -100,7 +107,7 @@ class HttpMetricsMiddleware:
                 status[0] = str(message["status"])
             await send(message)
 
-        in_flight = self._opened(labels)[0]
+        in_flight = self._in_flight(labels)
         in_flight.inc()
         started = time.perf_counter()
         try:
@@ -111,7 +118,7 @@ class HttpMetricsMiddleware:
                 labels = (scope["method"], pattern, state["model"])
             length = next((value for key, value in scope.get("headers", ()) if key == b"content-length"), b"")
             if length.isdigit():
-                self._opened(labels)[1].observe(int(length))
+                self._body(labels).observe(int(length))
             requests, duration = self._completed(labels + (status[0],))
             requests.inc()
             duration.observe(time.perf_counter() - started)
