@@ -233,29 +233,36 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
     middleware = [Middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"],
                              expose_headers=list(EXPOSED_HEADERS))] if cors_origins else []
     app = Starlette(routes=routes, exception_handlers={HTTPException: http_error}, middleware=middleware)
-    served = app if cors_origins else infer_first(app, route(infer))  # with CORS, every request goes through it
+    served = app if cors_origins else InferFirst(app, route(infer))  # with CORS, every request goes through it
     if registry is None:
         return served
     return HttpMetricsMiddleware(served, HttpMetrics(registry), app.routes, lambda name: service.has_model(name))
 
 
-def infer_first(app: Starlette, infer: Handler) -> ASGIApp:
+class InferFirst:
     """``POST /v2/models/{model}[/versions/{version}]/infer`` straight to its handler; everything
     else through the router. The same route and handler the router has, without walking the
-    route table per request (the infer route is the hot one)."""
+    route table per request (the infer route is the hot one).
 
-    async def dispatch(scope: Scope, receive: Receive, send: Send) -> None:
+    Attributes:
+        app: the Starlette application; ``routes``: its routes.
+    """
+
+    def __init__(self, app: Starlette, infer: Handler) -> None:
+        self.app = app
+        self.routes = app.routes
+        self._infer = infer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             match = _INFER_PATH.fullmatch(scope["path"])
             if match is not None:
                 model, version = match.groups()
                 scope["path_params"] = {"model": model} if version is None else {"model": model, "version": version}
-                response = await infer(Request(scope, receive))
+                response = await self._infer(Request(scope, receive))
                 await response(scope, receive, send)
                 return
-        await app(scope, receive, send)
-
-    return dispatch
+        await self.app(scope, receive, send)
 
 
 def metrics_endpoint(registry: CollectorRegistry) -> Handler:
