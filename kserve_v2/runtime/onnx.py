@@ -26,6 +26,9 @@ _GRAPH_LEVELS = {
     1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
 }
 _BF16_ONNX_ELEMENT_TYPE = 16
+# ORT statuses a kernel returns for values it cannot work on (the request's fault, not the server's)
+_VALUE_ERRORS = (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
+                 ort.capi.onnxruntime_pybind11_state.RuntimeException)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,16 +119,21 @@ class OnnxSession:
             ``ml_dtypes.bfloat16``.
 
         Raises:
-            InvalidInput: a BYTES element that is not valid UTF-8 -> INVALID_ARGUMENT.
-            Exception: ORT execution errors (reported as INTERNAL by the caller).
+            InvalidInput: a BYTES element that is not valid UTF-8, or a kernel that fails on the
+                values it was given (ORT's INVALID_ARGUMENT and RUNTIME_EXCEPTION statuses: an index
+                out of range, a string that is no number) -> INVALID_ARGUMENT naming the inputs.
+            Exception: other ORT execution errors (reported as INTERNAL by the caller).
         """
         for name in self._string_inputs.intersection(feeds):
             feeds[name] = _as_text(feeds[name], name)
-        if self._has_bf16:
-            return self._run_ort_values(feeds, output_names)
-        if self.on_cuda:
-            return self._run_io_binding(feeds, output_names)
-        return self._session.run(list(output_names), feeds)
+        try:
+            if self._has_bf16:
+                return self._run_ort_values(feeds, output_names)
+            if self.on_cuda:
+                return self._run_io_binding(feeds, output_names)
+            return self._session.run(list(output_names), feeds)
+        except _VALUE_ERRORS as err:
+            raise InvalidInput(_value_error(str(err), list(feeds))) from None
 
     def _run_io_binding(self, feeds: dict[str, np.ndarray], output_names: Sequence[str]) -> list[np.ndarray]:
         binding = self._session.io_binding()
@@ -156,6 +164,14 @@ def _tensor(arg: ort.NodeArg) -> OnnxTensor:
         raise ValueError(f"tensor '{arg.name}' has type {arg.type}, which the V2 protocol cannot carry")
     shape = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (arg.shape or []))
     return OnnxTensor(arg.name, dtype, shape)
+
+
+def _value_error(message: str, inputs: list[str]) -> str:
+    """The client's message for a kernel failing on input values: the inputs it names (else every
+    input of the request) and ORT's status message without its code prefix."""
+    detail = message.rsplit("Status Message: ", 1)[-1].split(" : ")[-1].strip()
+    named = [name for name in inputs if f"'{name}'" in message or name in detail.split()] or inputs
+    return f"the model cannot compute on the values of input(s) {', '.join(repr(n) for n in named)}: {detail}"
 
 
 def _as_text(array: np.ndarray, name: str) -> np.ndarray:
