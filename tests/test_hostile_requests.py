@@ -4,6 +4,7 @@ inside ONNX Runtime, an unload storm of unknown names. Each would crash, leak or
 
 from __future__ import annotations
 
+import json
 import os
 
 import grpc
@@ -15,7 +16,7 @@ import tritonclient.utils.shared_memory as shm
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
-from helpers import EXAMPLES, add_model, make_model, start_server
+from helpers import EXAMPLES, add_model, identity_model, make_model, start_server
 
 BYTES_16 = 16 * 4  # sixteen INT32
 
@@ -124,3 +125,38 @@ def test_unloading_unknown_names_keeps_no_state(server) -> None:
     grown = _rss_kib(server.proc.pid) - before
     assert grown < 4000, f"RSS grew {grown} KiB over 4,000 unknown names"
     assert client.is_model_ready("simple")
+
+
+@pytest.fixture(scope="module")
+def explicit(tmp_path_factory):
+    """An explicit-mode server with a model folder ``ident`` and a valid ONNX file outside every folder."""
+    repository = tmp_path_factory.mktemp("repo")
+    outside = tmp_path_factory.mktemp("host") / "outside.onnx"
+    outside.write_bytes(identity_model(TensorProto.FLOAT).SerializeToString())
+    folder = add_model(repository, "ident", identity_model(TensorProto.FLOAT))
+    (folder / "1" / "link.onnx").symlink_to(outside)
+    running = start_server(repository, tmp_path_factory.mktemp("logs"), "--model-control-mode", "explicit")
+    yield running, outside
+    assert running.stop() == 0
+
+
+def test_config_override_paths_stay_inside_the_model_folder(explicit) -> None:
+    """``default_model_filename`` absolute, with ``..``, or through a symlink: refused with one text, no host path."""
+    server, outside = explicit
+    client = grpcclient.InferenceServerClient(server.url)
+    missing = outside.with_name("missing.onnx")
+    depth = "../" * len(outside.parts)
+    messages = {}
+    for case, filename in {"absolute": str(outside), "absolute-missing": str(missing),
+                           "dotdot": depth + str(outside)[1:], "dotdot-missing": depth + str(missing)[1:],
+                           "symlink": "link.onnx"}.items():
+        config = json.dumps({"default_model_filename": filename})
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model("ident", config=config)
+        messages[case] = err.value.message()
+        assert "default_model_filename" in messages[case] and "ident" in messages[case], messages[case]
+        assert str(outside.parent) not in messages[case]
+        assert not client.is_model_ready("ident")
+    assert messages["absolute"] == messages["absolute-missing"] == messages["dotdot"] == messages["dotdot-missing"]
+    client.load_model("ident", config=json.dumps({"default_model_filename": "model.onnx"}))
+    assert client.is_model_ready("ident")
