@@ -19,6 +19,7 @@ import numpy as np
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import BatchesTexts, Executable, Execution, Parameter
 from kserve_v2.batching import DynamicBatcher, merge_rows, split_rows
+from kserve_v2.cancellation import Cancellation, running
 from kserve_v2.sequence import SequenceBatcher
 from kserve_v2.sequence_config import SequenceSettings
 from kserve_v2.spec import ModelSpec
@@ -118,15 +119,28 @@ class ModelVersion:
         return await self._on_instance(lambda: self._executable.execute(feeds, output_names, parameters))
 
     async def _on_instance(self, work: Callable[[], T]) -> tuple[T, int, int]:
-        """Run ``work`` on an instance thread: (its result, started_ns, finished_ns)."""
+        """Run ``work`` on an instance thread: (its result, started_ns, finished_ns).
+
+        Cancelling the caller drops work that has not started, and tells running work to stop
+        (``kserve_v2.cancellation``: ONNX Runtime terminates between nodes).
+        """
         started = 0
+        cancellation = Cancellation()
 
         def timed() -> T:
             nonlocal started
             started = time.perf_counter_ns()
-            return work()
+            running(cancellation)
+            try:
+                return work()
+            finally:
+                running(None)
 
-        result = await asyncio.get_running_loop().run_in_executor(self._executor, timed)
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(self._executor, timed)
+        except asyncio.CancelledError:
+            cancellation.cancel()
+            raise
         return result, started, time.perf_counter_ns()
 
     def hold(self) -> None:

@@ -11,6 +11,7 @@ import base64
 import binascii
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import swagger_ui_bundle
@@ -28,13 +29,15 @@ from starlette.types import ASGIApp
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput
+from kserve_v2.offload import in_process, in_thread, is_heavy
 from kserve_v2.service import InferenceService
 from kserve_v2.status import StatusReporter
 from transcoding.http_body import compressed, read_body
 from transcoding.http_metrics import HttpMetrics, HttpMetricsMiddleware
 from transcoding.http_status import error_response
 from transcoding.json_pb import message_to_json
-from transcoding.json_tensors import load_json, parse_infer_request, raw_binary_request, render_infer_response
+from transcoding.json_tensors import (HttpInfer, load_json, parse_infer_request, raw_binary_request,
+                                     render_infer_response)
 from transcoding.openai_embeddings import openai_routes
 from transcoding.openapi import openapi_document
 from transcoding.sie import sie_routes
@@ -122,16 +125,20 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
             metadata = service.model_metadata(pb.ModelMetadataRequest(name=name, version=version))
             parsed = raw_binary_request(body, name, version, metadata)
         else:
-            parsed = parse_infer_request(body, header_length, name, version, max_input_bytes)
+            json_bytes = len(body) if header_length is None else header_length
+            parsed = await in_process(is_heavy(json_bytes), parse_infer_request, body, header_length, name, version,
+                                      max_input_bytes)
         response, report = await service.model_infer_reported(parsed.request, dict(request.headers))
-        content, json_length = render_infer_response(response, parsed)
+        content, json_length = await in_process(_json_heavy(response, parsed), render_infer_response, response,
+                                                replace(parsed, request=pb.ModelInferRequest()))
         headers = timing_headers(report, time.perf_counter_ns() - received)
         if report.trace_id:
             headers["X-Trace-ID"] = report.trace_id
         if json_length is not None:
             headers["Inference-Header-Content-Length"] = str(json_length)
         media = "application/json" if json_length is None else "application/octet-stream"
-        return compressed(content, request.headers.get("accept-encoding", ""), headers, media)
+        return await in_thread(is_heavy(len(content)), compressed, content,
+                               request.headers.get("accept-encoding", ""), headers, media)
 
     async def repository_index(request: Request) -> Response:
         body = load_json(await read_body(request, max_input_bytes))
@@ -253,6 +260,13 @@ def build_metrics_app(registry: CollectorRegistry) -> Starlette:
 def _health(body: dict[str, Any], key: str) -> Response:
     """200 with the JSON body when true, 400 when false (V2: 4xx means false; KServe clients read the body)."""
     return JSONResponse(body, status_code=200 if body[key] else 400)
+
+
+def _json_heavy(response: pb.ModelInferResponse, parsed: HttpInfer) -> bool:
+    """Whether the outputs going back as JSON are large enough to render in the worker process."""
+    as_json = [len(raw) for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=True)
+               if not parsed.all_binary and tensor.name not in parsed.binary_outputs]
+    return is_heavy(sum(as_json))
 
 
 def _header_length(value: str | None) -> int | None:
