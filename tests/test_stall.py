@@ -1,0 +1,115 @@
+"""One heavy request does not stall the others (issue 17): while a large JSON body or a flood of
+BYTES elements is decoded, a second client on the other transport keeps getting answers.
+
+Before, decoding ran on the event loop both transports share: a 66 MB JSON body stalled every call
+for 11.7 s. The bound here is relative to the attack's own duration (the machine may be slow):
+the longest probe must take well under it, and probes must keep completing while it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from onnx import TensorProto
+from tritonclient.utils import InferenceServerException
+
+from helpers import EXAMPLES, add_model, identity_model, start_server
+
+MAX_BODY = 16 * 2**20
+
+
+def _config(datatype: str) -> str:
+    return ("max_batch_size: 0\ninstance_group [{ count: 1, kind: KIND_CPU }]\n"
+            f'input [{{ name: "INPUT0", data_type: {datatype}, dims: [-1] }}]\n'
+            f'output [{{ name: "OUTPUT0", data_type: {datatype}, dims: [-1] }}]\n')
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    repository = tmp_path_factory.mktemp("repo")
+    (repository / "simple").symlink_to(EXAMPLES / "simple")
+    add_model(repository, "identity_fp32", identity_model(TensorProto.FLOAT, [None]), _config("TYPE_FP32"))
+    add_model(repository, "identity_bytes", identity_model(TensorProto.STRING, [None]), _config("TYPE_STRING"))
+    running = start_server(repository, tmp_path_factory.mktemp("logs"), "--http-max-input-size", str(MAX_BODY),
+                           "--max-request-decoded-bytes", str(200 * 2**20), "--request-memory-pool-bytes",
+                           str(400 * 2**20))
+    yield running
+    assert running.stop() == 0
+
+
+def _probe_while(attack: Callable[[], object], probe: Callable[[], object]) -> tuple[float, list[float], object]:
+    """Run ``attack`` in a thread; call ``probe`` until it ends. Returns (attack seconds, probe latencies, result)."""
+    latencies: list[float] = []
+    outcome: list[object] = []
+    thread = threading.Thread(target=lambda: outcome.append(attack()))
+    started = time.monotonic()
+    thread.start()
+    while thread.is_alive():
+        t = time.monotonic()
+        probe()
+        latencies.append(time.monotonic() - t)
+        time.sleep(0.02)
+    return time.monotonic() - started, latencies, outcome[0]
+
+
+def _simple_inputs(module):
+    inputs = [module.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.ones((1, 16), np.int32))
+    return inputs
+
+
+def test_a_large_json_body_does_not_stall_grpc(server) -> None:
+    count = (MAX_BODY - 400) // 4
+    header = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [count], "data": []}]}).encode()
+    body = header.replace(b'"data": []', b'"data": [' + b"0.5," * (count - 1) + b"0.5]")
+    assert len(body) <= MAX_BODY
+
+    def attack() -> int:
+        request = urllib.request.Request(f"http://{server.http_url}/v2/models/identity_fp32/infer", data=body)
+        with urllib.request.urlopen(request, timeout=600) as response:
+            answer = json.loads(response.read())
+        assert answer["outputs"][0]["data"][:2] == [0.5, 0.5] and len(answer["outputs"][0]["data"]) == count
+        return response.status
+
+    client = grpcclient.InferenceServerClient(server.url)
+    inputs = _simple_inputs(grpcclient)
+    duration, latencies, status = _probe_while(
+        attack, lambda: (client.is_server_live(), client.infer("simple", inputs)))
+    assert status == 200
+    assert len(latencies) >= 5 and max(latencies) < duration * 0.3, (duration, max(latencies), len(latencies))
+
+
+def test_a_bytes_flood_does_not_stall_rest(server) -> None:
+    count = 1_000_000
+    tensor = grpcclient.InferInput("INPUT0", [count], "BYTES")
+    tensor.set_data_from_numpy(np.array([b""] * count, dtype=object))
+    client = grpcclient.InferenceServerClient(server.url)
+    http = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+    inputs = _simple_inputs(httpclient)
+
+    def attack() -> int:
+        return len(client.infer("identity_bytes", [tensor], client_timeout=600).as_numpy("OUTPUT0"))
+
+    duration, latencies, outcome = _probe_while(attack, lambda: (http.is_server_live(), http.infer("simple", inputs)))
+    assert outcome == count
+    assert len(latencies) >= 5 and max(latencies) < duration * 0.3, (duration, max(latencies), len(latencies))
+
+
+def test_a_request_over_the_memory_limit_is_resource_exhausted(server) -> None:
+    """1,500,000 BYTES elements cost ~240 MB decoded, over the 200 MiB limit this server runs with."""
+    count = 1_500_000
+    tensor = grpcclient.InferInput("INPUT0", [count], "BYTES")
+    tensor.set_data_from_numpy(np.array([b""] * count, dtype=object))
+    with pytest.raises(InferenceServerException) as err:
+        grpcclient.InferenceServerClient(server.url).infer("identity_bytes", [tensor], client_timeout=120)
+    assert err.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+    assert "--max-request-decoded-bytes" in err.value.message()
