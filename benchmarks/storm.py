@@ -251,7 +251,7 @@ def main() -> None:
                                    "--http-max-input-size", str(max_bytes))
         try:
             pid = proc.pid
-            print(f"| case | time | outcome | probes | peak RSS growth |\n|---|---|---|---|---|")
+            print("| case | time | outcome | probes | peak RSS growth |\n|---|---|---|---|---|")
             case("idle (baseline)", pid, ports, "grpc", lambda: time.sleep(2) or "-")
             case("largest legal JSON body (REST)", pid, ports, "grpc", json_attack(ports, max_bytes))
             case("64 MiB binary body (REST)", pid, ports, "grpc", binary_attack(ports, max_bytes))
