@@ -1,8 +1,7 @@
 """Request memory: what one request may cost once decoded, and what all requests in flight may hold.
 
 The cost of a request is estimated from its declared shapes and sizes before anything is decoded:
-its tensor bytes as they arrived (raw entries, typed contents, shared memory ranges, which are
-copied out) plus, for BYTES inputs, ``BYTES_ELEMENT_BYTES`` per element for the Python objects
+its size as it arrived, typed contents once more as arrays, shared memory ranges (copied out), plus, for BYTES inputs, ``BYTES_ELEMENT_BYTES`` per element for the Python objects
 and the runtime's string copies that each element becomes. A request over the per-request limit
 (``--max-request-decoded-bytes``) is refused; a request that would take the server's in-flight
 total over ``--request-memory-pool-bytes`` is refused too (not queued: the bytes it arrived with
@@ -31,8 +30,12 @@ class MemoryBusy(TooLarge):
 
 
 def request_cost(request: pb.ModelInferRequest) -> tuple[int, int]:
-    """(estimated decoded bytes, BYTES elements) of a request, from its declared shapes and sizes (O(inputs))."""
-    total = sum(len(raw) for raw in request.raw_input_contents)
+    """(estimated decoded bytes, BYTES elements) of a request, from its declared shapes and sizes.
+
+    The wire part is the message's serialized size (``ByteSize``: lengths only; reading a raw
+    entry would copy it).
+    """
+    total = request.ByteSize()
     elements = 0
     for tensor in request.inputs:
         count = 1

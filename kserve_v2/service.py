@@ -220,6 +220,7 @@ class InferenceService:
                 except Exception as err:
                     raise InternalError(f"{model.config.backend} execution failed for model '{model.name}': {err}") from err
                 ran_at = time.perf_counter_ns()
+                decoded.feeds.clear()  # the inputs' decoded copies are not needed to encode: free them first
                 response = await in_thread(_heavy(execution.outputs), encode_response, request, model.spec,
                                            model.version, decoded, execution.outputs)
         except BaseException as err:

@@ -131,7 +131,7 @@ def render_infer_response(response: pb.ModelInferResponse, parsed: HttpInfer) ->
     text = json.dumps(header, separators=(",", ":")).encode()
     if not any(blobs):
         return text, None
-    return text + b"".join(blobs), len(text)
+    return b"".join([text, *blobs]), len(text)  # one copy of the blobs, not two
 
 
 def load_json(data: bytes | memoryview) -> Any:

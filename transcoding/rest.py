@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
@@ -126,11 +127,14 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
             parsed = raw_binary_request(body, name, version, metadata)
         else:
             json_bytes = len(body) if header_length is None else header_length
-            parsed = await in_process(is_heavy(json_bytes), parse_infer_request, body, header_length, name, version,
-                                      max_input_bytes)
+            offload = in_process if is_heavy(json_bytes) else in_thread  # json.loads holds the GIL throughout
+            parsed = await offload(is_heavy(len(body)), parse_infer_request, body, header_length, name, version,
+                                   max_input_bytes)
+        del body  # the request holds its own copy of the tensors: keep one, not two, while it runs
         response, report = await service.model_infer_reported(parsed.request, dict(request.headers))
-        content, json_length = await in_process(_json_heavy(response, parsed), render_infer_response, response,
-                                                replace(parsed, request=pb.ModelInferRequest()))
+        render = in_process if _json_heavy(response, parsed) else in_thread  # json.dumps holds the GIL throughout
+        content, json_length = await render(is_heavy(response.ByteSize()), render_infer_response, response,
+                                            replace(parsed, request=pb.ModelInferRequest()))
         headers = timing_headers(report, time.perf_counter_ns() - received)
         if report.trace_id:
             headers["X-Trace-ID"] = report.trace_id
@@ -263,10 +267,12 @@ def _health(body: dict[str, Any], key: str) -> Response:
 
 
 def _json_heavy(response: pb.ModelInferResponse, parsed: HttpInfer) -> bool:
-    """Whether the outputs going back as JSON are large enough to render in the worker process."""
-    as_json = [len(raw) for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=True)
-               if not parsed.all_binary and tensor.name not in parsed.binary_outputs]
-    return is_heavy(sum(as_json))
+    """Whether the outputs going back as JSON are large enough to render in the worker process
+    (counted from their shapes, 4 bytes an element: reading a raw entry would copy it)."""
+    if parsed.all_binary:
+        return False
+    elements = sum(math.prod(tensor.shape) for tensor in response.outputs if tensor.name not in parsed.binary_outputs)
+    return is_heavy(elements * 4)
 
 
 def _header_length(value: str | None) -> int | None:
