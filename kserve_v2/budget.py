@@ -6,7 +6,8 @@ and the runtime's string copies that each element becomes. A request over the pe
 (``--max-request-decoded-bytes``) is refused; a request that would take the server's in-flight
 total over ``--request-memory-pool-bytes`` is refused too (not queued: the bytes it arrived with
 are freed at once, and the client retries; ``Retry-After`` over HTTP). Both are
-RESOURCE_EXHAUSTED / 413 (gRPC status codes: "some resource has been exhausted").
+RESOURCE_EXHAUSTED / 413 (gRPC status codes: "some resource has been exhausted"). Requests under
+64 KiB on the wire are not counted (see ``request_cost``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kserve_v2.errors import TooLarge
 # string identity model: ~150 bytes): the object array slots of the decoded input and its text,
 # ONNX Runtime's std::string per element in and out, and the output's Python strings.
 BYTES_ELEMENT_BYTES = 160
+SMALL_BYTES = 1 << 16
 _SHM_SIZE = "shared_memory_byte_size"
 
 
@@ -29,13 +31,17 @@ class MemoryBusy(TooLarge):
     """The server's in-flight request memory is in use (RESOURCE_EXHAUSTED / 413 with Retry-After)."""
 
 
-def request_cost(request: pb.ModelInferRequest) -> tuple[int, int]:
+def request_cost(request: pb.ModelInferRequest, uses_shared_memory: bool) -> tuple[int, int]:
     """(estimated decoded bytes, BYTES elements) of a request, from its declared shapes and sizes.
 
     The wire part is the message's serialized size (``ByteSize``: lengths only; reading a raw
-    entry would copy it).
+    entry would copy it). A request under ``SMALL_BYTES`` that reads no shared memory costs
+    nothing here (its decoded size is bounded by ~41x its wire size, and walking its tensors
+    would cost more than decoding them); ``uses_shared_memory``: client shared memory is on.
     """
     total = request.ByteSize()
+    if total < SMALL_BYTES and not uses_shared_memory:
+        return 0, 0
     elements = 0
     for tensor in request.inputs:
         count = 1

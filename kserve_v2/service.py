@@ -208,7 +208,7 @@ class InferenceService:
         if self._metrics is not None:
             self._metrics.started(model.name, version)
         try:
-            cost, elements = request_cost(request)
+            cost, elements = request_cost(request, self._memory is not None)
             with self._budget.reserve(cost, model.name):
                 decoded = await in_thread(is_heavy(cost, elements), decode_request, request, model.spec, self._memory)
                 decoded_at = time.perf_counter_ns()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 
@@ -113,3 +114,12 @@ def test_a_request_over_the_memory_limit_is_resource_exhausted(server) -> None:
         grpcclient.InferenceServerClient(server.url).infer("identity_bytes", [tensor], client_timeout=120)
     assert err.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
     assert "--max-request-decoded-bytes" in err.value.message()
+
+
+def test_errors_from_the_json_worker_process_keep_their_status(server) -> None:
+    """A 2 MB body parsed in the worker process: malformed JSON is still 400 with its message."""
+    body = b'{"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [500000], "data": [' + b"0.5," * 500_000 + b"]}"
+    request = urllib.request.Request(f"http://{server.http_url}/v2/models/identity_fp32/infer", data=body)
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=120)
+    assert err.value.code == 400 and "malformed JSON" in json.loads(err.value.read())["error"]
