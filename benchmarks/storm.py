@@ -67,8 +67,12 @@ def repository(root: Path) -> Path:
 
 
 def status_kib(pid: int, field: str) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+    """A /proc/<pid>/status field in KiB (0 when the process is a zombie or gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith(field + ":")), 0)
+    except OSError:
+        return 0
 
 
 def reset_peak(pid: int) -> None:
@@ -127,6 +131,9 @@ class Probe:
 
 
 def case(name: str, pid: int, ports: dict[str, int], probe_on: str, attack: Callable[[], str]) -> None:
+    if not Path(f"/proc/{pid}/status").exists() or status_kib(pid, "VmRSS") == 0:
+        print(f"| {name} | - | server is gone | - | - |", flush=True)
+        return
     reset_peak(pid)
     before = status_kib(pid, "VmRSS")
     started = time.perf_counter()
@@ -137,6 +144,9 @@ def case(name: str, pid: int, ports: dict[str, int], probe_on: str, attack: Call
         except Exception as err:  # noqa: BLE001 - reported
             outcome = f"failed: {str(err)[:120]}"
         time.sleep(0.3)
+    if not Path(f"/proc/{pid}/status").exists() or status_kib(pid, "VmHWM") == 0:
+        print(f"| {name} | - | {outcome}; the server died | {probe.summary()} | - |", flush=True)
+        return
     peak = status_kib(pid, "VmHWM")
     print(f"| {name} | {time.perf_counter() - started:.1f} s | {outcome} | {probe.summary()} | "
           f"peak RSS +{(peak - before) / 1024:.0f} MiB |", flush=True)
@@ -262,7 +272,7 @@ def main() -> None:
             before = status_kib(pid, "VmRSS")
             case("soak simple c=16 (gRPC)", pid, ports, "http", lambda: soak(ports, args.seconds / (4 if args.smoke else 1)))
             print(f"\nRSS after soak vs before: {(status_kib(pid, 'VmRSS') - before) / 1024:+.1f} MiB; "
-                  f"server alive: {proc.poll() is None}")
+                  f"server alive: {proc.poll() is None} (exit status {proc.returncode})")
         finally:
             proc.terminate()
             proc.wait(timeout=60)
