@@ -71,10 +71,12 @@ class CheckedRegistration:
         self._server = server
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        """Register ``service``'s handlers on the server, each wrapped with ``checked``."""
         self._server.add_registered_method_handlers(
             service, {name: checked(handler, f"{service}.{name} request") for name, handler in handlers.items()})
 
     def add_generic_rpc_handlers(self, handlers: tuple[grpc.GenericRpcHandler, ...]) -> None:
+        """Register generic handlers whose answers are wrapped with ``checked``."""
         self._server.add_generic_rpc_handlers(tuple(_CheckedGeneric(h) for h in handlers))
 
 
@@ -83,6 +85,7 @@ class _CheckedGeneric(grpc.GenericRpcHandler):
         self._inner = inner
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        """The inner handler for the call, wrapped with ``checked`` (None when it has none)."""
         handler = self._inner.service(handler_call_details)
         method = handler_call_details.method.strip("/").replace("/", ".")  # type: ignore[attr-defined]
         return None if handler is None else checked(handler, f"{method} request")
