@@ -9,6 +9,8 @@ the longest probe must take well under it, and probes must keep completing while
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 import urllib.error
@@ -123,3 +125,32 @@ def test_errors_from_the_json_worker_process_keep_their_status(server) -> None:
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(request, timeout=120)
     assert err.value.code == 400 and "malformed JSON" in json.loads(err.value.read())["error"]
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            found.update(int(child) for child in f.read().split())
+    return found
+
+
+def test_a_killed_json_worker_is_replaced(server) -> None:
+    """The worker process that parses large JSON bodies dies (as under the OOM killer): the next body works."""
+    count = 300_000
+    body = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [count], "data": [0.5] * count}],
+                       "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}).encode()
+
+    def post() -> int:
+        request = urllib.request.Request(f"http://{server.http_url}/v2/models/identity_fp32/infer", data=body)
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status
+
+    assert post() == 200  # the worker exists now
+    workers = _children(server.proc.pid)
+    assert workers
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    assert post() == 200
+    assert server.proc.poll() is None
