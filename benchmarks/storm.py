@@ -4,7 +4,8 @@ Starts a server (explicit mode, client shared memory on) with Triton's `simple` 
 models (FP32 and BYTES, any length), then runs each attack while probe clients on the other
 transport time a health check and a small `simple` infer every 20 ms. For each case it prints
 the probes' p50 / p99 / max latency (ms), probe errors, the attack's outcome, and the server's
-peak RSS growth during the case (VmHWM after minus VmRSS before, /proc; peak reset per case).
+peak RSS growth during the case (VmHWM after minus VmRSS before, /proc; peak reset per case), with
+the JSON worker process's own peak beside it once it exists.
 
 Attacks: the largest legal JSON body (FP32, just under --http-max-input-size), a 64 MiB binary
 REST body, a flood of zero-length BYTES elements over gRPC (legal, and one over the memory
@@ -75,6 +76,18 @@ def status_kib(pid: int, field: str) -> int:
         return 0
 
 
+def children(pid: int) -> list[int]:
+    """The server's child processes (its JSON worker)."""
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(child) for child in f.read().split()]
+    except OSError:
+        pass
+    return found
+
+
 def reset_peak(pid: int) -> None:
     try:
         with open(f"/proc/{pid}/clear_refs", "w") as f:
@@ -134,7 +147,8 @@ def case(name: str, pid: int, ports: dict[str, int], probe_on: str, attack: Call
     if not Path(f"/proc/{pid}/status").exists() or status_kib(pid, "VmRSS") == 0:
         print(f"| {name} | - | server is gone | - | - |", flush=True)
         return
-    reset_peak(pid)
+    for process in [pid, *children(pid)]:
+        reset_peak(process)
     before = status_kib(pid, "VmRSS")
     started = time.perf_counter()
     with Probe(probe_on, ports) as probe:
@@ -148,8 +162,10 @@ def case(name: str, pid: int, ports: dict[str, int], probe_on: str, attack: Call
         print(f"| {name} | - | {outcome}; the server died | {probe.summary()} | - |", flush=True)
         return
     peak = status_kib(pid, "VmHWM")
+    worker = max((status_kib(child, "VmHWM") for child in children(pid)), default=0)
     print(f"| {name} | {time.perf_counter() - started:.1f} s | {outcome} | {probe.summary()} | "
-          f"peak RSS +{(peak - before) / 1024:.0f} MiB |", flush=True)
+          f"peak RSS +{(peak - before) / 1024:.0f} MiB" + (f" (JSON worker peak {worker / 1024:.0f} MiB)" if worker else "")
+          + " |", flush=True)
 
 
 def http_post(ports: dict[str, int], path: str, body: bytes, headers: dict[str, str]) -> str:
