@@ -153,7 +153,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-# ---- connection hygiene, TLS and access control (issue 17: network and access) ----
+# ---- connection hygiene, TLS and access control ----
 
 def _network_flags(serve: argparse.ArgumentParser, flag: Callable[..., None], defaults: Settings) -> None:
     flag("http-header-timeout-secs", defaults.http_header_timeout_secs,

@@ -47,7 +47,7 @@ class Settings:
     grpc_http2_max_pings_without_data: int = 2
     grpc_http2_min_recv_ping_interval_without_data: int = 300_000
     grpc_http2_max_ping_strikes: int = 2
-    # ---- connection hygiene, TLS and access control (issue 17: network and access) ----
+    # ---- connection hygiene, TLS and access control ----
     http_header_timeout_secs: float = 10.0
     http_body_timeout_secs: float = 30.0
     http_keepalive_timeout_secs: float = 65.0

@@ -1,4 +1,4 @@
-"""Cancellation reaches the model (issue 17): a request whose deadline passes stops its ONNX Runtime
+"""Cancellation reaches the model: a request whose deadline passes stops its ONNX Runtime
 execution (``RunOptions.terminate``), so the next request gets the instance at once instead of
 waiting for a result no one will read. Before, the next request waited the whole execution out.
 """

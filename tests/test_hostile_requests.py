@@ -1,4 +1,4 @@
-"""Hostile single requests (issue 17): shrunken shared memory, unparsable protobuf, values that fail
+"""Hostile single requests: shrunken shared memory, unparsable protobuf, values that fail
 inside ONNX Runtime, an unload storm of unknown names. Each would crash, leak or mislabel on the old code.
 """
 

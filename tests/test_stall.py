@@ -1,4 +1,4 @@
-"""One heavy request does not stall the others (issue 17): while a large JSON body or a flood of
+"""One heavy request does not stall the others: while a large JSON body or a flood of
 BYTES elements is decoded, a second client on the other transport keeps getting answers.
 
 Before, decoding ran on the event loop both transports share: a 66 MB JSON body stalled every call
