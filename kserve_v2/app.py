@@ -22,6 +22,7 @@ import time
 from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry, ProcessCollector, disable_created_metrics
 
+from kserve_v2.budget import MemoryBudget
 from kserve_v2.grpc.server import SERVICE_NAME, build_server
 from kserve_v2.gpu import GpuCollector
 from kserve_v2.log_settings import LogSettings
@@ -69,8 +70,9 @@ class App:
         self.tracing = Tracing(settings.trace_otlp_endpoint or None, settings.server_name)
         memory = SharedMemoryRegistry() if settings.allow_client_shm else None
         logs = LogSettings(settings.log_verbose)
+        budget = MemoryBudget(settings.max_request_decoded_bytes, settings.request_memory_pool_bytes)
         self.service = InferenceService(self.manager, self.state, settings.server_name, settings.model_control_mode,
-                                        metrics, self.tracing, memory, logs)
+                                        metrics, self.tracing, memory, logs, budget)
         self.server, self.health, self.servicer, self.grpc_port = build_server(self.service, settings)
         self.http: HttpServer | None = None
         limits = ConnectionLimits(settings.http_header_timeout_secs, settings.http_body_timeout_secs,

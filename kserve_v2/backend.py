@@ -110,14 +110,34 @@ class OnnxModel:
 def open_onnx(model_dir: Path, version: int, config: mc.ModelConfig) -> OnnxModel:
     """Open ``<model_dir>/<version>/<default_model_filename>`` (a file, or a folder with model.onnx).
 
+    A configured file name must resolve (symlinks too) inside the model folder.
+
     Raises:
-        FileNotFoundError: no model file; anything ORT raises for an invalid model.
+        FileNotFoundError: no model file; ValueError: a configured name leaving the folder;
+            anything ORT raises for an invalid model.
     """
-    path = model_dir / str(version) / (config.default_model_filename or "model.onnx")
+    relative = Path(str(version), config.default_model_filename or "model.onnx")
+    path = model_dir / relative
+    if config.default_model_filename:
+        path = confined_file(model_dir, relative, "default_model_filename", config.name)
     path = path / "model.onnx" if path.is_dir() else path
     if not path.is_file():
-        raise FileNotFoundError(f"model file '{path.relative_to(model_dir)}' not found")
+        raise FileNotFoundError(f"model file '{relative}' not found")
     return OnnxModel(open_session(path, config))
+
+
+def confined_file(model_dir: Path, relative: Path, where: str, name: str) -> Path:
+    """``model_dir / relative`` with symlinks resolved, if it stays inside the (resolved) model folder.
+
+    Raises:
+        ValueError: the resolved path leaves the folder - the same message whether or not the
+            target exists, naming the model and the rule, never a host path.
+    """
+    root = model_dir.resolve()
+    path = (root / relative).resolve()
+    if not path.is_relative_to(root):
+        raise ValueError(f"model '{name}': {where} must be a relative path inside the model folder")
+    return path
 
 
 def find(name: str) -> Opener | None:

@@ -10,7 +10,9 @@ text models: texts into one tokenized batch). A failing batch fails each member 
 the batcher keeps running. ``default_queue_policy``:
 ``max_queue_size`` bounds the queue (more gets UNAVAILABLE "Exceeds maximum queue size"), and
 ``default_timeout_microseconds`` with ``timeout_action: REJECT`` rejects requests that waited
-longer (UNAVAILABLE "Request timeout expired"). Cancelled requests never reach the model.
+longer (UNAVAILABLE "Request timeout expired"). A cancelled request leaves the queue at once, and
+a running batch whose members are all gone is cancelled, which stops the model's execution
+(``kserve_v2.cancellation``).
 """
 
 from __future__ import annotations
@@ -98,7 +100,28 @@ class DynamicBatcher:
                            asyncio.get_running_loop().create_future())
         self._queue.append(request)
         self._arrived.set()
-        return await request.future  # a cancelled caller cancels the future: the batcher skips it
+        expiry = (asyncio.get_running_loop().call_later(self._timeout_ns / 1e9, self._expire, request)
+                  if self._timeout_ns else None)
+        try:
+            return await request.future
+        except asyncio.CancelledError:  # the caller went away or its deadline passed: leave the queue now
+            self._leave(request)
+            raise
+        finally:
+            if expiry is not None:
+                expiry.cancel()
+
+    def _leave(self, request: _Request) -> None:
+        try:
+            self._queue.remove(request)
+        except ValueError:
+            pass  # already taken into a batch (whose execution stops when all its members are gone)
+
+    def _expire(self, request: _Request) -> None:
+        """Reject a request still queued when the queue policy's timeout passes."""
+        if not request.future.done() and request in self._queue:
+            self._leave(request)
+            request.future.set_exception(Unavailable("Request timeout expired"))
 
     async def _alone(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                      parameters: Mapping[str, Parameter]) -> tuple[Execution, int, int]:
@@ -176,9 +199,24 @@ class DynamicBatcher:
             live = [r for r in batch if not r.future.done()]
             if not live:
                 return
+            execution = asyncio.ensure_future(self._execute([r.feeds for r in live], live[0].output_names,
+                                                            live[0].parameters))
+
+            def member_done(_: asyncio.Future[tuple[Execution, int, int]]) -> None:
+                if all(r.future.done() for r in live):
+                    execution.cancel()  # no one waits for it: stop the model (kserve_v2.cancellation)
+
+            for request in live:
+                request.future.add_done_callback(member_done)
             try:
-                shares, started, finished = await self._execute([r.feeds for r in live], live[0].output_names,
-                                                                live[0].parameters)
+                shares, started, finished = await execution
+            except asyncio.CancelledError:
+                if all(r.future.done() for r in live):
+                    return  # stopped because no member waits any more
+                for request in live:
+                    if not request.future.done():
+                        request.future.set_exception(Unavailable("the model version was retired"))
+                raise
             except BaseException as err:  # noqa: BLE001 - every member gets the batch's error
                 failure = err if isinstance(err, Exception) else Unavailable("the model version was retired")
                 for request in live:

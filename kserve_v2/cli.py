@@ -95,6 +95,12 @@ def _parser() -> argparse.ArgumentParser:
     flag("http-port", defaults.http_port, "HTTP port (0 picks a free one and logs it)", type=int)
     flag("http-max-input-size", defaults.http_max_input_size,
          "largest HTTP request body in bytes, after decompression (larger gets 413)", type=int)
+    flag("max-request-decoded-bytes", defaults.max_request_decoded_bytes,
+         "most bytes one inference request may take once decoded (its tensors, plus per-element costs of BYTES "
+         "tensors); more gets RESOURCE_EXHAUSTED / 413", type=int)
+    flag("request-memory-pool-bytes", defaults.request_memory_pool_bytes,
+         "most bytes all inference requests in flight may take together once decoded; a request that does "
+         "not fit gets RESOURCE_EXHAUSTED / 413 with Retry-After (it is not queued)", type=int)
     flag("allow-metrics", defaults.allow_metrics,
          "Prometheus metrics at /metrics on the metrics port and the HTTP port", type=_bool)
     flag("allow-client-shm", defaults.allow_client_shm,
@@ -147,7 +153,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-# ---- connection hygiene, TLS and access control (issue 17: network and access) ----
+# ---- connection hygiene, TLS and access control ----
 
 def _network_flags(serve: argparse.ArgumentParser, flag: Callable[..., None], defaults: Settings) -> None:
     flag("http-header-timeout-secs", defaults.http_header_timeout_secs,
@@ -227,6 +233,8 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         parser.error("--repository-poll-secs must be > 0")
     if args.http_max_input_size <= 0:
         parser.error("--http-max-input-size must be > 0")
+    if args.max_request_decoded_bytes <= 0 or args.request_memory_pool_bytes < args.max_request_decoded_bytes:
+        parser.error("--max-request-decoded-bytes must be > 0 and at most --request-memory-pool-bytes")
     if args.openai_token_ids not in TOKEN_ID_MODES:
         parser.error(f"--openai-token-ids must be one of {TOKEN_ID_MODES}, got '{args.openai_token_ids}'")
     fixed = [name.replace("-", "_") for name in TRITON_FIXED]

@@ -82,6 +82,12 @@ class TooLarge(ServerError):
     code = ErrorCode.RESOURCE_EXHAUSTED
 
 
+class Cancelled(ServerError):
+    """Work stopped because every request waiting for it was cancelled (CANCELLED / 499)."""
+
+    code = ErrorCode.CANCELLED
+
+
 class InternalError(ServerError):
     """Execution or load failure inside the server (INTERNAL / 500)."""
 

@@ -19,7 +19,7 @@ from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.backend import Parameter
 from kserve_v2.datatypes import BYTES
 from kserve_v2.errors import InvalidInput, Unsupported
-from kserve_v2.shared_memory import SharedMemoryRegistry
+from kserve_v2.shared_memory import RegionRange, SharedMemoryRegistry
 from kserve_v2.spec import ModelSpec, TensorSpec
 from kserve_v2.tensors import element_count, from_contents, from_raw, pack_bytes, to_raw
 
@@ -42,7 +42,7 @@ class DecodedRequest:
     outputs: list[TensorSpec]
     batch_size: int
     parameters: dict[str, Parameter]
-    output_memory: dict[str, tuple[memoryview, pb.ModelInferResponse.InferOutputTensor]]
+    output_memory: dict[str, tuple[RegionRange, pb.ModelInferResponse.InferOutputTensor]]
 
 
 def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None = None,
@@ -100,8 +100,8 @@ def encode_response(request: pb.ModelInferRequest, spec: ModelSpec, version: int
         shaped.append(array)
         out = response.outputs.add(name=tensor.name, datatype=tensor.dtype.v2, shape=array.shape)
         if tensor.name in decoded.output_memory:
-            view, described = decoded.output_memory[tensor.name]
-            _write(view, array, tensor)
+            target, described = decoded.output_memory[tensor.name]
+            _write(target, array, tensor)
             for key, value in described.parameters.items():
                 out.parameters[key].CopyFrom(value)
             if raw:
@@ -111,13 +111,13 @@ def encode_response(request: pb.ModelInferRequest, spec: ModelSpec, version: int
     return response, shaped
 
 
-def _write(view: memoryview, array: np.ndarray, tensor: TensorSpec) -> None:
+def _write(target: RegionRange, array: np.ndarray, tensor: TensorSpec) -> None:
     """Copy an output into its shared memory range (one copy; BYTES with their length prefixes)."""
     data = np.frombuffer(pack_bytes(array), np.uint8) if tensor.dtype is BYTES else np.ascontiguousarray(array)
-    if data.nbytes > len(view):
+    if data.nbytes > target.byte_size:
         raise InvalidInput(f"shared memory size specified with the request for output '{tensor.name}' "
-                           f"({len(view)} bytes) should be at least {data.nbytes} bytes to hold the results")
-    np.frombuffer(view, np.uint8, data.nbytes)[:] = data.reshape(-1).view(np.uint8)
+                           f"({target.byte_size} bytes) should be at least {data.nbytes} bytes to hold the results")
+    target.write(memoryview(data.reshape(-1).view(np.uint8)))
 
 
 def _decode_inputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None,
@@ -155,7 +155,7 @@ def _decode_inputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: Share
         spec.check_shape(tensor, shape)
         what = f"input '{name}' for model '{spec.name}'"
         if reference is not None and memory is not None:
-            feeds[name] = from_raw(memory.slice(*reference), tensor.dtype, shape, what)
+            feeds[name] = from_raw(memory.slice(*reference).read(), tensor.dtype, shape, what)
         elif raw:
             feeds[name] = from_raw(raw[raw_index], tensor.dtype, shape, what)
             raw_index += 1
@@ -223,8 +223,8 @@ def _memory_reference(parameters: Mapping[str, pb.InferParameter], what: str, me
 
 
 def _requested_outputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None
-                       ) -> tuple[list[TensorSpec], dict[str, tuple[memoryview, pb.ModelInferResponse.InferOutputTensor]]]:
-    placed: dict[str, tuple[memoryview, pb.ModelInferResponse.InferOutputTensor]] = {}
+                       ) -> tuple[list[TensorSpec], dict[str, tuple[RegionRange, pb.ModelInferResponse.InferOutputTensor]]]:
+    placed: dict[str, tuple[RegionRange, pb.ModelInferResponse.InferOutputTensor]] = {}
     if not request.outputs:
         return list(spec.outputs), placed
     by_name = spec.outputs_by_name

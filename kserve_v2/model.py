@@ -22,6 +22,7 @@ import numpy as np
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import BatchesTexts, Executable, Execution, Parameter
 from kserve_v2.batching import DynamicBatcher, merge_rows, split_rows
+from kserve_v2.cancellation import Cancellation, running
 from kserve_v2.sequence import SequenceBatcher
 from kserve_v2.sequence_config import SequenceSettings
 from kserve_v2.spec import ModelSpec
@@ -133,7 +134,9 @@ class ModelVersion:
         """Run ``work`` on an instance: (its result, started_ns, finished_ns).
 
         On the event loop when it is known to be cheap (see INLINE_NS) and an instance is free,
-        else on an instance thread.
+        else on an instance thread. Cancelling the caller drops thread work that has not started,
+        and tells running work to stop (``kserve_v2.cancellation``: ONNX Runtime terminates
+        between nodes); work on the loop takes microseconds and runs to its end.
         """
         started = finished = 0
 
@@ -154,12 +157,36 @@ class ModelVersion:
                 return timed(), started, finished
             finally:
                 self._running -= 1
-        self._running += 1
-        future = asyncio.get_running_loop().run_in_executor(self._executor, timed)
-        future.add_done_callback(self._done)  # counted until the thread finishes, even if the caller is cancelled
-        return await future, started, finished
+        cancellation = Cancellation()
 
-    def _done(self, _: object) -> None:
+        def on_thread() -> T:
+            running(cancellation)
+            try:
+                return timed()
+            finally:
+                running(None)
+
+        loop = asyncio.get_running_loop()
+
+        def done(_: object) -> None:  # on the thread: the work finished, or was dropped unstarted
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self._done)
+
+        submitted = self._executor.submit(on_thread)
+        self._running += 1
+        try:
+            result = await asyncio.wrap_future(submitted)
+        except asyncio.CancelledError:
+            cancellation.cancel()
+            submitted.add_done_callback(done)  # counted until the thread is free again
+            raise
+        except BaseException:
+            self._running -= 1
+            raise
+        self._running -= 1
+        return result, started, finished
+
+    def _done(self) -> None:
         self._running -= 1
 
     def runs_inline(self, input_bytes: int) -> bool:

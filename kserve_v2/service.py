@@ -15,13 +15,16 @@ import numpy as np
 from kserve_v2 import __version__
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.budget import MemoryBudget, request_cost
 from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, NotFound, ServerError, Unavailable
 from kserve_v2.inference import Buffer, decode_request, encode_response
 from kserve_v2.log_settings import LogSettings
 from kserve_v2.metrics import ENDPOINT, InferenceMetrics
 from kserve_v2.model import ModelVersion
+from kserve_v2.offload import in_thread, is_heavy
 from kserve_v2.repository.manager import ModelManager
 from kserve_v2.repository.overrides import parse_load_parameters
+from kserve_v2.settings import Settings
 from kserve_v2.shared_memory import SharedMemoryRegistry
 from kserve_v2.tracing import Tracing
 
@@ -72,13 +75,16 @@ class InferenceService:
         shared_memory: registered system shared memory regions, or None when client shared
             memory is off (``--allow-client-shm``).
         logs: the log settings of Triton's logging extension.
+        budget: the request memory limits (``kserve_v2.budget``; the flags' defaults when None).
     """
 
     def __init__(self, manager: ModelManager, state: ServerState, server_name: str, control_mode: str,
                  metrics: InferenceMetrics | None = None, tracing: Tracing | None = None,
-                 shared_memory: SharedMemoryRegistry | None = None, logs: LogSettings | None = None) -> None:
+                 shared_memory: SharedMemoryRegistry | None = None, logs: LogSettings | None = None,
+                 budget: MemoryBudget | None = None) -> None:
         self._memory = shared_memory
         self._logs = logs or LogSettings(0)
+        self._budget = budget or MemoryBudget(Settings.max_request_decoded_bytes, Settings.request_memory_pool_bytes)
         self._manager = manager
         self._tracing = tracing or Tracing(None, server_name)
         self._state = state
@@ -193,6 +199,7 @@ class InferenceService:
                 drain began, runs to the end.)
             NotFound: unknown model or version -> NOT_FOUND.
             InvalidInput: any request check (see ``inference.decode_request``) -> INVALID_ARGUMENT.
+            TooLarge: over the request memory limits (``kserve_v2.budget``) -> RESOURCE_EXHAUSTED.
             InternalError: ONNX Runtime failed to execute -> INTERNAL.
         """
         if not self._tracing.enabled:  # the common case: no span, no context managers
@@ -219,17 +226,24 @@ class InferenceService:
         if self._metrics is not None:
             self._metrics.started(model.name, version)
         try:
-            decoded = decode_request(request, model.spec, self._memory, raw_inputs)
-            decoded_at = time.perf_counter_ns()
-            try:
-                execution, queue_ns, infer_ns = await model.run(
-                    decoded.feeds, [t.name for t in decoded.outputs], decoded.parameters, decoded.batch_size)
-            except ServerError:
-                raise
-            except Exception as err:
-                raise InternalError(f"{model.config.backend} execution failed for model '{model.name}': {err}") from err
-            ran_at = time.perf_counter_ns()
-            response, arrays = encode_response(request, model.spec, model.version, decoded, execution.outputs, raw_outputs)
+            cost, elements = request_cost(request, self._memory is not None, raw_inputs)
+            with self._budget.reserve(cost, model.name):
+                decoded = await in_thread(is_heavy(cost, elements), decode_request, request, model.spec, self._memory,
+                                          raw_inputs)
+                decoded_at = time.perf_counter_ns()
+                try:
+                    execution, queue_ns, infer_ns = await model.run(
+                        decoded.feeds, [t.name for t in decoded.outputs], decoded.parameters, decoded.batch_size)
+                except ServerError:
+                    raise
+                except Exception as err:
+                    raise InternalError(f"{model.config.backend} execution failed for model '{model.name}': {err}") from err
+                ran_at = time.perf_counter_ns()
+                decoded.feeds.clear()  # the inputs' decoded copies are not needed to encode: free them first
+                # without raw contents or shared memory, encoding only describes the outputs: nothing heavy
+                heavy = (raw_outputs or bool(decoded.output_memory)) and _heavy(execution.outputs)
+                response, arrays = await in_thread(heavy, encode_response, request, model.spec, model.version, decoded,
+                                                   execution.outputs, raw_outputs)
         except BaseException as err:
             elapsed = time.perf_counter_ns() - started
             model.stats.record_failure(elapsed)
@@ -402,6 +416,11 @@ class InferenceService:
             kind = "bool_param" if isinstance(value, bool) else "uint32_param" if isinstance(value, int) else "string_param"
             setattr(response.settings[name], kind, value)
         return response
+
+
+def _heavy(arrays: list[np.ndarray]) -> bool:
+    """Whether encoding these outputs leaves the event loop (``kserve_v2.offload``)."""
+    return is_heavy(sum(a.nbytes for a in arrays), sum(a.size for a in arrays if a.dtype == object))
 
 
 def _model_name(request: pb.RepositoryModelLoadRequest | pb.RepositoryModelUnloadRequest) -> str:

@@ -23,6 +23,8 @@ class Settings:
     http_address: str = "0.0.0.0"
     http_port: int = 8000
     http_max_input_size: int = 64 * 2**20
+    max_request_decoded_bytes: int = 2**30
+    request_memory_pool_bytes: int = 4 * 2**30
     allow_metrics: bool = True
     allow_client_shm: bool = False
     metrics_address: str = "0.0.0.0"
@@ -45,7 +47,7 @@ class Settings:
     grpc_http2_max_pings_without_data: int = 2
     grpc_http2_min_recv_ping_interval_without_data: int = 300_000
     grpc_http2_max_ping_strikes: int = 2
-    # ---- connection hygiene, TLS and access control (issue 17: network and access) ----
+    # ---- connection hygiene, TLS and access control ----
     http_header_timeout_secs: float = 10.0
     http_body_timeout_secs: float = 30.0
     http_keepalive_timeout_secs: float = 65.0

@@ -3,16 +3,20 @@
 A client creates a POSIX shared memory object (``/dev/shm/<key>``), registers ``byte_size``
 bytes of it from ``offset`` under a region name, then names the region in an input's or output's
 ``shared_memory_region`` / ``shared_memory_byte_size`` / ``shared_memory_offset`` parameters.
-Inputs are read in place (a zero-copy view); outputs are copied into the region. Every offset and
-size is checked against the registered range before any access (CVE-2024-0088, Triton's texts
-"Invalid offset for shared memory region", "Invalid offset + byte size", "Integer overflow
-detected"), and error messages name regions, never keys or paths. Off unless the server runs with
-``--allow-client-shm``. Used on the event loop only.
+Every offset and size is checked against the registered range before any access (CVE-2024-0088,
+Triton's texts "Invalid offset for shared memory region", "Invalid offset + byte size", "Integer
+overflow detected"), and error messages name regions, never keys or paths. Off unless the server
+runs with ``--allow-client-shm``.
+
+The client owns the object and may shrink it (``ftruncate``) at any time, so nothing here maps
+it: a mapped page past the object's end kills the process with SIGBUS. Inputs are copied out
+with ``pread`` and outputs copied in with ``pwrite`` on a descriptor held from registration;
+before each, ``fstat`` re-checks that the range still lies inside the object (a shrunken region
+is INVALID_ARGUMENT), and a short read (shrunk in between) is INVALID_ARGUMENT too.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 import stat
@@ -26,6 +30,17 @@ _KEY = re.compile(r"/[A-Za-z0-9_.\-]{1,254}")
 _UINT64 = 2**64
 
 
+class _Descriptor:
+    """An open descriptor, closed when the last region or range using it is gone (so an
+    unregister never closes a descriptor a request in flight still reads or writes)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __del__(self) -> None:
+        os.close(self.fd)
+
+
 @dataclass(frozen=True)
 class Region:
     """One registered region: ``byte_size`` bytes of the object ``key`` from ``offset``."""
@@ -34,7 +49,45 @@ class Region:
     key: str
     offset: int
     byte_size: int
-    view: memoryview
+    descriptor: _Descriptor
+
+
+@dataclass(frozen=True)
+class RegionRange:
+    """``byte_size`` bytes at ``offset`` (from the object's start) of a registered region."""
+
+    region: Region
+    offset: int
+    byte_size: int
+
+    def _check_size(self) -> None:
+        size = os.fstat(self.region.descriptor.fd).st_size
+        if self.offset + self.byte_size > size:
+            raise InvalidInput(f"shared memory region '{self.region.name}' has shrunk: its object no longer "
+                               f"holds the {self.byte_size} bytes the request names")
+
+    def read(self) -> bytearray:
+        """Copy the range out (``fstat``, then ``pread``).
+
+        Raises:
+            InvalidInput: the object shrank below the range -> INVALID_ARGUMENT.
+        """
+        self._check_size()
+        data = bytearray(self.byte_size)
+        if self.byte_size and os.preadv(self.region.descriptor.fd, [data], self.offset) != self.byte_size:
+            raise InvalidInput(f"shared memory region '{self.region.name}' has shrunk while it was read")
+        return data
+
+    def write(self, data: memoryview) -> None:
+        """Copy ``data`` (at most ``byte_size`` bytes) to the start of the range (``fstat``, then ``pwrite``).
+
+        Raises:
+            InvalidInput: the object shrank below the range -> INVALID_ARGUMENT.
+        """
+        self._check_size()
+        written = 0
+        while written < len(data):
+            written += os.pwrite(self.region.descriptor.fd, data[written:], self.offset + written)
 
 
 class SharedMemoryRegistry:
@@ -71,11 +124,10 @@ class SharedMemoryRegistry:
             if offset + byte_size > info.st_size:
                 raise InvalidInput(f"the range of shared memory region '{name}' ({offset} + {byte_size} bytes) "
                                    f"is beyond the {info.st_size}-byte object")
-            mapping = mmap.mmap(fd, info.st_size)
-        finally:
+        except BaseException:
             os.close(fd)
-        # the mapping stays open while any view of it (an input in flight) is alive
-        self._regions[name] = Region(name, key, offset, byte_size, memoryview(mapping)[offset:offset + byte_size])
+            raise
+        self._regions[name] = Region(name, key, offset, byte_size, _Descriptor(fd))
 
     def unregister(self, name: str) -> None:
         """Forget ``name`` (every region when empty); an unknown name is not an error (Triton)."""
@@ -96,8 +148,9 @@ class SharedMemoryRegistry:
             raise NotFound(f"Unable to find system shared memory region: '{name}'")
         return [self._regions[name]]
 
-    def slice(self, name: str, offset: int, byte_size: int) -> memoryview:
-        """``byte_size`` bytes at ``offset`` inside region ``name`` (a writable view, no copy).
+    def slice(self, name: str, offset: int, byte_size: int) -> RegionRange:
+        """``byte_size`` bytes at ``offset`` inside region ``name`` (read or written later, each
+        access re-checking the object's size).
 
         Raises:
             NotFound: an unknown region -> NOT_FOUND.
@@ -113,4 +166,4 @@ class SharedMemoryRegistry:
             raise InvalidInput(f"Invalid offset for shared memory region: '{name}'")
         if offset + byte_size > region.byte_size:
             raise InvalidInput(f"Invalid offset + byte size for shared memory region: '{name}'")
-        return region.view[offset:offset + byte_size]
+        return RegionRange(region, region.offset + offset, byte_size)

@@ -126,13 +126,27 @@ def unpack_bytes(buf: bytes, count: int, what: str) -> np.ndarray:
 
 
 def pack_bytes(array: np.ndarray) -> bytes:
-    """Frame a BYTES tensor (elements ``bytes`` or ``str``, UTF-8 encoded) with length prefixes."""
-    parts: list[bytes] = []
-    for item in array.reshape(-1):
-        data = item.encode("utf-8") if isinstance(item, str) else bytes(item)
-        parts.append(_LEN.pack(len(data)))
-        parts.append(data)
-    return b"".join(parts)
+    """Frame a BYTES tensor (elements ``bytes`` or ``str``, UTF-8 encoded) with length prefixes.
+
+    The prefixes are written with numpy, not as one small object per element: a tensor of
+    millions of short strings costs a few bytes per element beyond its framed size.
+    """
+    items = [item if type(item) is bytes else item.encode("utf-8") if isinstance(item, str) else bytes(item)
+             for item in array.reshape(-1).tolist()]
+    count = len(items)
+    lengths = np.fromiter(map(len, items), dtype=np.int64, count=count)
+    payload = np.frombuffer(b"".join(items), dtype=np.uint8)
+    del items
+    out = np.empty(count * _LEN.size + payload.size, dtype=np.uint8)
+    starts = np.arange(count, dtype=np.int64) * _LEN.size
+    starts[1:] += np.cumsum(lengths[:-1])  # where each element's prefix begins
+    is_data = np.ones(out.size, dtype=bool)
+    prefixes = lengths.astype("<u4").view(np.uint8).reshape(count, _LEN.size)
+    for byte in range(_LEN.size):
+        out[starts + byte] = prefixes[:, byte]
+        is_data[starts + byte] = False
+    out[is_data] = payload
+    return out.tobytes()
 
 
 def to_raw(array: np.ndarray, dtype: DType) -> bytes:

@@ -45,3 +45,14 @@ def test_comparison_harness_prints_its_table() -> None:
     assert "| cold start to ready" in done.stdout and "| idle RSS" in done.stdout
     if (SHARED_MODELS / "all-MiniLM-L6-v2").is_dir():
         assert "ratio server / in-process" in done.stdout
+
+
+def test_storm_harness_prints_its_table() -> None:
+    """benchmarks/storm.py --smoke: every attack case gets a row, no probe fails, the server survives."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "storm.py"), "--smoke"], capture_output=True,
+                          text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and not line.startswith("| case")]
+    assert len(rows) == 8 and all("errors 0" in row for row in rows), done.stdout
+    assert "StatusCode.INVALID_ARGUMENT" in next(r for r in rows if "shrunk" in r)
+    assert "server alive: True" in done.stdout

@@ -12,6 +12,7 @@ from typing import Final
 
 from starlette.responses import JSONResponse
 
+from kserve_v2.budget import MemoryBusy
 from kserve_v2.errors import ErrorCode, NotLoaded, Overloaded, ServerError
 
 log = logging.getLogger(__name__)
@@ -34,9 +35,9 @@ RETRY_AFTER_S = 1
 
 
 def error_headers(err: BaseException) -> dict[str, str]:
-    """Headers that go with an error: ``Retry-After`` for a full queue (hardening-notes.md #9) and for
-    a model that is not loaded (SIE's MODEL_NOT_LOADED)."""
-    return {"Retry-After": str(RETRY_AFTER_S)} if isinstance(err, Overloaded | NotLoaded) else {}
+    """Headers that go with an error: ``Retry-After`` for a full queue (hardening-notes.md #9), for
+    a model that is not loaded (SIE's MODEL_NOT_LOADED) and for a full request memory pool."""
+    return {"Retry-After": str(RETRY_AFTER_S)} if isinstance(err, Overloaded | NotLoaded | MemoryBusy) else {}
 
 
 def error_response(err: BaseException) -> JSONResponse:

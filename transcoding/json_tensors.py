@@ -145,6 +145,22 @@ def render_infer_response(response: pb.ModelInferResponse, parsed: HttpInfer, ar
     return [text, *blobs], len(text)
 
 
+def parse_detached(body: bytes, header_length: int | None, model: str, version: str, max_bytes: int) -> HttpInfer:
+    """``parse_infer_request`` for a worker process: binary inputs as bytes, not views of the body
+    (a view does not pickle). Same errors."""
+    parsed = parse_infer_request(body, header_length, model, version, max_bytes)
+    parsed.raw = [bytes(entry) for entry in parsed.raw]
+    return parsed
+
+
+def render_detached(response: pb.ModelInferResponse, parsed: HttpInfer, arrays: Sequence[np.ndarray]
+                    ) -> tuple[list[bytes], int | None]:
+    """``render_infer_response`` for a worker process: every part as bytes (a view does not pickle).
+    Same errors."""
+    parts, length = render_infer_response(response, parsed, arrays)
+    return [bytes(part) for part in parts], length
+
+
 def load_json(data: bytes | memoryview) -> Any:
     """Parse JSON, refusing nesting deeper than 100 (Triton's limit).
 

@@ -12,8 +12,10 @@ import binascii
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import swagger_ui_bundle
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -29,13 +31,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput
+from kserve_v2.offload import in_process, in_thread, is_heavy
 from kserve_v2.service import InferenceService
 from kserve_v2.status import StatusReporter
 from transcoding.http_body import compressed, read_body
 from transcoding.http_metrics import HttpMetrics, HttpMetricsMiddleware
 from transcoding.http_status import error_response
 from transcoding.json_pb import message_to_json
-from transcoding.json_tensors import load_json, parse_infer_request, raw_binary_request, render_infer_response
+from transcoding.json_tensors import (HttpInfer, load_json, parse_detached, parse_infer_request, raw_binary_request,
+                                     render_detached, render_infer_response)
 from transcoding.openai_embeddings import openai_routes
 from transcoding.openapi import openapi_document
 from transcoding.sie import sie_routes
@@ -125,18 +129,31 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
             metadata = service.model_metadata(pb.ModelMetadataRequest(name=name, version=version))
             parsed = raw_binary_request(body, name, version, metadata)
         else:
-            parsed = parse_infer_request(body, header_length, name, version, max_input_bytes)
+            json_bytes = len(body) if header_length is None else header_length
+            if is_heavy(json_bytes):  # the JSON parser holds the GIL throughout: a worker process
+                parsed = await in_process(True, parse_detached, body, header_length, name, version, max_input_bytes)
+            else:  # binary inputs stay views of the body: nothing heavy
+                parsed = parse_infer_request(body, header_length, name, version, max_input_bytes)
+        del body  # binary inputs are views of it (one copy); a JSON body's text is freed while the request runs
         carrier = dict(request.headers) if service.traces else None  # a W3C traceparent, read only when tracing
         response, report = await service.model_infer_reported(parsed.request, carrier, raw_inputs=parsed.raw,
                                                               raw_outputs=False)
-        content, json_length = render_infer_response(response, parsed, report.outputs)
+        arrays = report.outputs
+        if _json_heavy(response, parsed, arrays):  # the JSON writer holds the GIL throughout: a worker process
+            content, json_length = await in_process(True, render_detached, response,
+                                                    replace(parsed, request=pb.ModelInferRequest(), raw=[]), arrays)
+        else:  # binary outputs are views of the arrays; BYTES are framed or decoded element by element
+            content, json_length = await in_thread(is_heavy(0, sum(a.size for a in arrays if a.dtype == object)),
+                                                   render_infer_response, response, parsed, arrays)
         headers = timing_headers(report, time.perf_counter_ns() - received)
         if report.trace_id:
             headers["X-Trace-ID"] = report.trace_id
         if json_length is not None:
             headers["Inference-Header-Content-Length"] = str(json_length)
         media = "application/json" if json_length is None else "application/octet-stream"
-        return compressed(content, request.headers.get("accept-encoding", ""), headers, media)
+        accept = request.headers.get("accept-encoding", "")
+        return await in_thread(bool(accept) and is_heavy(sum(map(len, content))), compressed, content, accept,
+                               headers, media)
 
     async def repository_index(request: Request) -> Response:
         body = load_json(await read_body(request, max_input_bytes))
@@ -285,6 +302,16 @@ def build_metrics_app(registry: CollectorRegistry) -> Starlette:
 def _health(body: dict[str, Any], key: str) -> Response:
     """200 with the JSON body when true, 400 when false (V2: 4xx means false; KServe clients read the body)."""
     return JSONResponse(body, status_code=200 if body[key] else 400)
+
+
+def _json_heavy(response: pb.ModelInferResponse, parsed: HttpInfer, arrays: Sequence[np.ndarray]) -> bool:
+    """Whether the outputs going back as JSON are large enough to render in the worker process
+    (counted from their element counts, 4 bytes an element)."""
+    if parsed.all_binary:
+        return False
+    binary = parsed.binary_outputs
+    elements = sum(a.size for tensor, a in zip(response.outputs, arrays, strict=True) if tensor.name not in binary)
+    return is_heavy(elements * 4)
 
 
 def _header_length(value: str | None) -> int | None:

@@ -30,6 +30,31 @@ class ConfigError(Exception):
     """A configuration that cannot be served; the message becomes the load failure reason."""
 
 
+def config_paths(config: mc.ModelConfig) -> list[tuple[str, str]]:
+    """Every file path a configuration names, as (field, path): the model file names, output
+    label files, warmup data files and operation libraries (``model_configuration.md``)."""
+    paths = [("default_model_filename", config.default_model_filename)]
+    paths += [("cc_model_filenames", name) for name in config.cc_model_filenames.values()]
+    paths += [("label_filename", output.label_filename) for output in config.output]
+    paths += [("input_data_file", data.input_data_file) for warmup in config.model_warmup
+              for data in warmup.inputs.values()]
+    paths += [("op_library_filename", name) for name in config.model_operations.op_library_filename]
+    return [(where, path) for where, path in paths if path]
+
+
+def check_config_paths(config: mc.ModelConfig, name: str) -> None:
+    """Refuse a configuration naming a path that could leave the model's folder, before any file is touched.
+
+    Raises:
+        ConfigError: an absolute path, a ``..`` component, a backslash or NUL ("model '<m>': <field>
+            must be a relative path inside the model folder"); the message never echoes the path.
+    """
+    for where, path in config_paths(config):
+        parts = path.split("/")
+        if path.startswith("/") or "\\" in path or "\0" in path or any(p.strip() == ".." for p in parts):
+            raise ConfigError(f"model '{name}': {where} must be a relative path inside the model folder")
+
+
 def read_config(model_dir: Path, name: str, override_json: str | None = None) -> mc.ModelConfig:
     """Read ``config.pbtxt`` (or a JSON override, protobuf JSON as Triton's load API takes).
 
@@ -48,6 +73,7 @@ def read_config(model_dir: Path, name: str, override_json: str | None = None) ->
     if config.name and config.name != name:
         raise ConfigError(f"model name '{config.name}' in the configuration does not match the folder name '{name}'")
     config.name = name
+    check_config_paths(config, name)
     if config.platform in ("", PLATFORM) and config.backend in ("", backend.ONNXRUNTIME):
         config.platform, config.backend = PLATFORM, backend.ONNXRUNTIME
     elif (config.platform and config.platform != ENSEMBLE) or (config.backend and backend.find(config.backend) is None):

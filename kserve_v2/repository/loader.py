@@ -70,7 +70,16 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None 
             completed = True
             result.loaded[version] = ModelVersion(name, version, config, executable, sequence)
         except Exception as err:  # noqa: BLE001 - any load failure is reported as the version's reason
-            result.failed[version] = f"failed to load model '{name}' version {version}: {err}"
+            result.failed[version] = f"failed to load model '{name}' version {version}: {_without_paths(err, model_dir)}"
     result.config = config
     return result
+
+
+def _without_paths(err: Exception, model_dir: Path) -> str:
+    """A backend's error text with the model folder's host path replaced by ``<model folder>``
+    (reasons are served to clients: RepositoryIndex, load errors)."""
+    text = str(err)
+    for prefix in {str(model_dir.resolve()), str(model_dir)}:
+        text = text.replace(prefix, "<model folder>")
+    return text
 

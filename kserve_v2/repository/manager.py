@@ -3,7 +3,8 @@
 States per version are Triton's (``model_lifecycle.cc``): READY, UNAVAILABLE, LOADING,
 UNLOADING, with a reason (empty when READY, "unloaded" after an unload, the error after a
 failed load). Loads run off the event loop; a lock per model name keeps a load and an unload of
-the same model from interleaving. A request holds its ``ModelVersion`` (``acquire``), so
+the same model from interleaving (it exists only while a call holds or awaits it, so names that
+name no model leave nothing behind). A request holds its ``ModelVersion`` (``acquire``), so
 swapping or removing a version never pulls it from under a running request.
 """
 
@@ -17,9 +18,8 @@ import logging
 import os
 import shutil
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,7 +92,7 @@ class ModelManager:
         self._on_change = on_change
         self._ready_when_empty = ready_when_empty
         self._records: dict[str, ModelRecord] = {}
-        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # name -> (lock, calls holding or awaiting it)
         self._startup: set[str] = set()
         self._retiring: set[asyncio.Task[None]] = set()
         self.step_runner: ensemble.StepRunner | None = None  # the inference call ensemble steps go through
@@ -127,7 +127,7 @@ class ModelManager:
         """
         layout.validate_model_name(name)
         overrides = overrides or LoadOverrides()
-        async with self._locks[name]:
+        async with self._locked(name):
             folder = self._folder(name, overrides)
             try:
                 record = self._records.setdefault(name, ModelRecord(name))
@@ -186,6 +186,21 @@ class ModelManager:
         for version in result.ensemble_versions:
             result.loaded[version] = ensemble.EnsembleVersion(name, version, result.config, steps, self.step_runner)
 
+    @asynccontextmanager
+    async def _locked(self, name: str) -> AsyncIterator[None]:
+        """Hold the lock of ``name``; the last call to let go of it drops it."""
+        lock, users = self._locks.get(name) or (asyncio.Lock(), 0)
+        self._locks[name] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[name]
+            if users == 1:
+                del self._locks[name]
+            else:
+                self._locks[name] = (lock, users - 1)
+
     def _folder(self, name: str, overrides: LoadOverrides) -> Path:
         if overrides.files:
             return write_private_folder(overrides.files)
@@ -233,7 +248,7 @@ class ModelManager:
         Unloading a model that is not loaded succeeds (Triton). Names are not traversal-checked
         here: nothing touches the file system.
         """
-        async with self._locks[name]:
+        async with self._locked(name):
             record = self._records.get(name)
             self._startup.discard(name)  # unloaded on purpose: readiness no longer waits for it
             if record is None:

@@ -18,7 +18,8 @@ import onnxruntime as ort
 from kserve_v2 import datatypes
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.datatypes import BF16, BYTES, DType
-from kserve_v2.errors import InvalidInput
+from kserve_v2.cancellation import current
+from kserve_v2.errors import Cancelled, InvalidInput
 from kserve_v2.runtime.device import CPU_EP, CUDA_EP
 
 _GRAPH_LEVELS = {
@@ -26,6 +27,9 @@ _GRAPH_LEVELS = {
     1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
 }
 _BF16_ONNX_ELEMENT_TYPE = 16
+# ORT statuses a kernel returns for values it cannot work on (the request's fault, not the server's)
+_VALUE_ERRORS = (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
+                 ort.capi.onnxruntime_pybind11_state.RuntimeException)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,27 +120,43 @@ class OnnxSession:
             ``ml_dtypes.bfloat16``.
 
         Raises:
-            InvalidInput: a BYTES element that is not valid UTF-8 -> INVALID_ARGUMENT.
-            Exception: ORT execution errors (reported as INTERNAL by the caller).
+            InvalidInput: a BYTES element that is not valid UTF-8, or a kernel that fails on the
+                values it was given (ORT's INVALID_ARGUMENT and RUNTIME_EXCEPTION statuses: an index
+                out of range, a string that is no number) -> INVALID_ARGUMENT naming the inputs.
+            Cancelled: the thread's ``kserve_v2.cancellation`` was cancelled (``RunOptions.terminate``).
+            Exception: other ORT execution errors (reported as INTERNAL by the caller).
         """
         for name in self._string_inputs.intersection(feeds):
             feeds[name] = _as_text(feeds[name], name)
-        if self._has_bf16:
-            return self._run_ort_values(feeds, output_names)
-        if self.on_cuda:
-            return self._run_io_binding(feeds, output_names)
-        return self._session.run(list(output_names), feeds)
+        options = ort.RunOptions()
+        cancellation = current()
+        if cancellation is not None:
+            cancellation.on_cancel(lambda: setattr(options, "terminate", True))
+        try:
+            if self._has_bf16:
+                return self._run_ort_values(feeds, output_names, options)
+            if self.on_cuda:
+                return self._run_io_binding(feeds, output_names, options)
+            return self._session.run(list(output_names), feeds, options)
+        except Exception as err:
+            if options.terminate:
+                raise Cancelled("the execution was terminated: every request in it was cancelled") from None
+            if isinstance(err, _VALUE_ERRORS):
+                raise InvalidInput(_value_error(str(err), list(feeds))) from None
+            raise
 
-    def _run_io_binding(self, feeds: dict[str, np.ndarray], output_names: Sequence[str]) -> list[np.ndarray]:
+    def _run_io_binding(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+                        options: ort.RunOptions) -> list[np.ndarray]:
         binding = self._session.io_binding()
         for name, array in feeds.items():
             binding.bind_cpu_input(name, np.ascontiguousarray(array))
         for name in output_names:
             binding.bind_output(name, "cpu")
-        self._session.run_with_iobinding(binding)
+        self._session.run_with_iobinding(binding, options)
         return binding.copy_outputs_to_cpu()
 
-    def _run_ort_values(self, feeds: dict[str, np.ndarray], output_names: Sequence[str]) -> list[np.ndarray]:
+    def _run_ort_values(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+                        options: ort.RunOptions) -> list[np.ndarray]:
         values = {}
         for name, array in feeds.items():
             array = np.ascontiguousarray(array)
@@ -146,7 +166,7 @@ class OnnxSession:
                 )
             else:
                 values[name] = ort.OrtValue.ortvalue_from_numpy(array)
-        results = self._session.run_with_ort_values(list(output_names), values)
+        results = self._session.run_with_ort_values(list(output_names), values, options)
         return [_from_ort_value(value) for value in results]
 
 
@@ -156,6 +176,14 @@ def _tensor(arg: ort.NodeArg) -> OnnxTensor:
         raise ValueError(f"tensor '{arg.name}' has type {arg.type}, which the V2 protocol cannot carry")
     shape = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (arg.shape or []))
     return OnnxTensor(arg.name, dtype, shape)
+
+
+def _value_error(message: str, inputs: list[str]) -> str:
+    """The client's message for a kernel failing on input values: the inputs it names (else every
+    input of the request) and ORT's status message without its code prefix."""
+    detail = message.rsplit("Status Message: ", 1)[-1].split(" : ")[-1].strip()
+    named = [name for name in inputs if f"'{name}'" in message or name in detail.split()] or inputs
+    return f"the model cannot compute on the values of input(s) {', '.join(repr(n) for n in named)}: {detail}"
 
 
 def _as_text(array: np.ndarray, name: str) -> np.ndarray:

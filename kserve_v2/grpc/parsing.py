@@ -1,0 +1,91 @@
+"""Requests that are not valid protobuf get INVALID_ARGUMENT with a plain message.
+
+grpc.aio reports a deserializer's exception as UNKNOWN with the Python exception's class in the
+message. Here each handler's deserializer is wrapped at registration (no cost per call beyond the
+parse itself): bytes that do not parse become an ``Unparsable`` marker, and the handler's behaviour
+ends such a call with INVALID_ARGUMENT (gRPC status codes, ``doc/statuscodes.md``: "the client
+specified an invalid argument").
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+
+@dataclass(frozen=True, slots=True)
+class Unparsable:
+    """A request message that did not parse; ``message`` is the client-visible text."""
+
+    message: str
+
+
+def _tolerant(deserialize: Callable[[bytes], Any], what: str) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except DecodeError:
+            return Unparsable(f"the request is not a valid protobuf {what} message")
+    return parse
+
+
+def checked(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    """``handler`` with a deserializer that never raises and a behaviour that refuses what did not parse."""
+    if handler.request_deserializer is None:
+        return handler
+    deserializer = _tolerant(handler.request_deserializer, method)
+    if handler.request_streaming and handler.response_streaming:
+        stream = handler.stream_stream
+
+        async def stream_stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async def parsed() -> AsyncIterator[Any]:
+                async for request in requests:
+                    if isinstance(request, Unparsable):
+                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+                    yield request
+            async for response in stream(parsed(), context):
+                yield response
+
+        return handler._replace(request_deserializer=deserializer, stream_stream=stream_stream)
+    if not handler.request_streaming and not handler.response_streaming:
+        unary = handler.unary_unary
+
+        async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if isinstance(request, Unparsable):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+            return await unary(request, context)
+
+        return handler._replace(request_deserializer=deserializer, unary_unary=unary_unary)
+    return handler
+
+
+class CheckedRegistration:
+    """Stands in for the server while generated ``add_*_to_server`` functions register handlers,
+    wrapping each with ``checked``."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        """Register ``service``'s handlers on the server, each wrapped with ``checked``."""
+        self._server.add_registered_method_handlers(
+            service, {name: checked(handler, f"{service}.{name} request") for name, handler in handlers.items()})
+
+    def add_generic_rpc_handlers(self, handlers: tuple[grpc.GenericRpcHandler, ...]) -> None:
+        """Register generic handlers whose answers are wrapped with ``checked``."""
+        self._server.add_generic_rpc_handlers(tuple(_CheckedGeneric(h) for h in handlers))
+
+
+class _CheckedGeneric(grpc.GenericRpcHandler):
+    def __init__(self, inner: grpc.GenericRpcHandler) -> None:
+        self._inner = inner
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        """The inner handler for the call, wrapped with ``checked`` (None when it has none)."""
+        handler = self._inner.service(handler_call_details)
+        method = handler_call_details.method.strip("/").replace("/", ".")  # type: ignore[attr-defined]
+        return None if handler is None else checked(handler, f"{method} request")

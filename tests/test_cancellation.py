@@ -1,0 +1,104 @@
+"""Cancellation reaches the model: a request whose deadline passes stops its ONNX Runtime
+execution (``RunOptions.terminate``), so the next request gets the instance at once instead of
+waiting for a result no one will read. Before, the next request waited the whole execution out.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from helpers import add_model, matmul_model, start_server
+
+# 200 MatMuls of [rows, 512] x [512, 512] on one thread: seconds for 2,048 rows, milliseconds for one
+SLOW = matmul_model(512, depth=200)
+ONE_THREAD = 'parameters { key: "intra_op_thread_count" value { string_value: "1" } }'
+CONFIGS = {
+    "slow": f"max_batch_size: 0\ninstance_group [{{ count: 1, kind: KIND_CPU }}]\n{ONE_THREAD}\n"
+            'input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [-1, 512] }]\n',
+    "slow_batched": f"max_batch_size: 4096\ndynamic_batching {{ }}\ninstance_group [{{ count: 1, kind: KIND_CPU }}]\n"
+                    f"{ONE_THREAD}\n"
+                    'input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [512] }]\n'
+                    'output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [512] }]\n',
+}
+QUEUE_OF_ONE = (f"max_batch_size: 4096\ndynamic_batching {{ default_queue_policy {{ max_queue_size: 1 }} }}\n"
+                f"instance_group [{{ count: 1, kind: KIND_CPU }}]\n{ONE_THREAD}\n")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    repository = tmp_path_factory.mktemp("repo")
+    for name, config in CONFIGS.items():
+        add_model(repository, name, SLOW, config)
+    add_model(repository, "slow_queue", SLOW, QUEUE_OF_ONE)
+    running = start_server(repository, tmp_path_factory.mktemp("logs"), "--max-request-decoded-bytes", "5000000",
+                           "--request-memory-pool-bytes", "6000000")
+    yield running
+    assert running.stop() == 0
+
+
+def _input(rows: int) -> list[grpcclient.InferInput]:
+    tensor = grpcclient.InferInput("INPUT0", [rows, 512], "FP32")
+    tensor.set_data_from_numpy(np.ones((rows, 512), np.float32))
+    return [tensor]
+
+
+@pytest.mark.parametrize("model", sorted(CONFIGS))
+def test_an_expired_request_frees_the_instance(server, model) -> None:
+    client = grpcclient.InferenceServerClient(server.url)
+    client.infer(model, _input(1), client_timeout=30)  # warm
+    started = time.monotonic()
+    with pytest.raises(InferenceServerException) as err:
+        client.infer(model, _input(2048), client_timeout=1.0)
+    assert "Deadline" in str(err.value.status()) or "DEADLINE" in str(err.value.status())
+    expired = time.monotonic()
+    result = client.infer(model, _input(1), client_timeout=30)
+    waited = time.monotonic() - expired
+    assert np.allclose(result.as_numpy("OUTPUT0"), 1.0, atol=1e-3)
+    # the 2,048-row execution alone takes several seconds; terminated, the instance is free in ~0.1 s
+    assert waited < 2.5, f"the next request waited {waited:.2f} s after the first expired ({expired - started:.2f} s)"
+
+
+def test_an_expired_request_leaves_the_batch_queue_at_once(server) -> None:
+    """Queue of one: a queued request whose deadline passed must not hold the place of the next one."""
+    client = grpcclient.InferenceServerClient(server.url)
+    running: list[object] = []
+    client.async_infer("slow_queue", _input(2048), lambda result, error: running.append(error), client_timeout=3)
+    time.sleep(0.5)  # the 2,048 rows run on the only instance
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("slow_queue", _input(1), client_timeout=0.5)  # queued, then expired
+    assert "DEADLINE" in str(err.value.status())
+    result = client.infer("slow_queue", _input(1), client_timeout=30)  # before: "Exceeds maximum queue size"
+    assert np.allclose(result.as_numpy("OUTPUT0"), 1.0, atol=1e-3)
+
+
+def test_the_request_memory_pool_refuses_what_does_not_fit(server) -> None:
+    """6 MB pool: while a 4 MB request runs, a second one is RESOURCE_EXHAUSTED (413 + Retry-After over
+    HTTP); a small one still runs."""
+    client = grpcclient.InferenceServerClient(server.url)
+    done: list[object] = []
+    client.async_infer("slow", _input(2048), lambda result, error: done.append(error), client_timeout=3)
+    time.sleep(0.5)
+    with pytest.raises(InferenceServerException) as err:
+        client.infer("slow", _input(2048), client_timeout=30)
+    assert err.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+    assert "--request-memory-pool-bytes" in err.value.message()
+    body = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2048, 512],
+                                   "parameters": {"binary_data_size": 2048 * 512 * 4}}]}).encode()
+    request = urllib.request.Request(f"http://{server.http_url}/v2/models/slow/infer",
+                                     data=body + bytes(2048 * 512 * 4),
+                                     headers={"Inference-Header-Content-Length": str(len(body))})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 413 and refused.value.headers["Retry-After"] == "1"
+    assert client.infer("slow", _input(1), client_timeout=30).as_numpy("OUTPUT0").shape == (1, 512)
+    with pytest.raises(InferenceServerException) as err:  # over the 5 MB per-request limit, whatever runs
+        client.infer("slow", _input(4096), client_timeout=30)
+    assert err.value.status() == "StatusCode.RESOURCE_EXHAUSTED"

@@ -1,0 +1,188 @@
+"""One heavy request does not stall the others: while a large JSON body or a flood of
+BYTES elements is decoded, a second client on the other transport keeps getting answers.
+
+Before, decoding ran on the event loop both transports share: a 66 MB JSON body stalled every call
+for 11.7 s. The bound here is relative to the attack's own duration (the machine may be slow):
+the longest probe must take well under it, and probes must keep completing while it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from onnx import TensorProto, helper
+from tritonclient.utils import InferenceServerException
+
+from helpers import EXAMPLES, add_model, identity_model, make_model, start_server
+
+MAX_BODY = 16 * 2**20
+
+
+def _config(datatype: str) -> str:
+    return ("max_batch_size: 0\ninstance_group [{ count: 1, kind: KIND_CPU }]\n"
+            f'input [{{ name: "INPUT0", data_type: {datatype}, dims: [-1] }}]\n'
+            f'output [{{ name: "OUTPUT0", data_type: {datatype}, dims: [-1] }}]\n')
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    repository = tmp_path_factory.mktemp("repo")
+    (repository / "simple").symlink_to(EXAMPLES / "simple")
+    add_model(repository, "identity_fp32", identity_model(TensorProto.FLOAT, [None]), _config("TYPE_FP32"))
+    add_model(repository, "identity_bytes", identity_model(TensorProto.STRING, [None]), _config("TYPE_STRING"))
+    pair = make_model([helper.make_node("Identity", [f"INPUT{i}"], [f"OUTPUT{i}"]) for i in (0, 1)],
+                      [(f"INPUT{i}", TensorProto.FLOAT, [None]) for i in (0, 1)],
+                      [(f"OUTPUT{i}", TensorProto.FLOAT, [None]) for i in (0, 1)])
+    add_model(repository, "pair_fp32", pair, "max_batch_size: 0\n" + "".join(
+        f'input [{{ name: "INPUT{i}", data_type: TYPE_FP32, dims: [-1] }}]\n'
+        f'output [{{ name: "OUTPUT{i}", data_type: TYPE_FP32, dims: [-1] }}]\n' for i in (0, 1)))
+    running = start_server(repository, tmp_path_factory.mktemp("logs"), "--http-max-input-size", str(MAX_BODY),
+                           "--max-request-decoded-bytes", str(200 * 2**20), "--request-memory-pool-bytes",
+                           str(400 * 2**20))
+    yield running
+    assert running.stop() == 0
+
+
+def _probe_while(attack: Callable[[], object], probe: Callable[[], object]) -> tuple[float, list[float], object]:
+    """Run ``attack`` in a thread; call ``probe`` until it ends. Returns (attack seconds, probe latencies, result)."""
+    latencies: list[float] = []
+    outcome: list[object] = []
+    thread = threading.Thread(target=lambda: outcome.append(attack()))
+    started = time.monotonic()
+    thread.start()
+    while thread.is_alive():
+        t = time.monotonic()
+        probe()
+        latencies.append(time.monotonic() - t)
+        time.sleep(0.02)
+    return time.monotonic() - started, latencies, outcome[0]
+
+
+def _simple_inputs(module):
+    inputs = [module.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.ones((1, 16), np.int32))
+    return inputs
+
+
+def test_a_large_json_body_does_not_stall_grpc(server) -> None:
+    count = (MAX_BODY - 400) // 4
+    header = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [count], "data": []}]}).encode()
+    body = header.replace(b'"data": []', b'"data": [' + b"0.5," * (count - 1) + b"0.5]")
+    assert len(body) <= MAX_BODY
+
+    def attack() -> int:
+        request = urllib.request.Request(f"http://{server.http_url}/v2/models/identity_fp32/infer", data=body)
+        with urllib.request.urlopen(request, timeout=600) as response:
+            answer = json.loads(response.read())
+        assert answer["outputs"][0]["data"][:2] == [0.5, 0.5] and len(answer["outputs"][0]["data"]) == count
+        return response.status
+
+    client = grpcclient.InferenceServerClient(server.url)
+    inputs = _simple_inputs(grpcclient)
+    duration, latencies, status = _probe_while(
+        attack, lambda: (client.is_server_live(), client.infer("simple", inputs)))
+    assert status == 200
+    assert len(latencies) >= 5 and max(latencies) < duration * 0.3, (duration, max(latencies), len(latencies))
+
+
+def test_a_bytes_flood_does_not_stall_rest(server) -> None:
+    count = 1_000_000
+    tensor = grpcclient.InferInput("INPUT0", [count], "BYTES")
+    tensor.set_data_from_numpy(np.array([b""] * count, dtype=object))
+    client = grpcclient.InferenceServerClient(server.url)
+    http = httpclient.InferenceServerClient(server.http_url, network_timeout=120)
+    inputs = _simple_inputs(httpclient)
+
+    def attack() -> int:
+        return len(client.infer("identity_bytes", [tensor], client_timeout=600).as_numpy("OUTPUT0"))
+
+    duration, latencies, outcome = _probe_while(attack, lambda: (http.is_server_live(), http.infer("simple", inputs)))
+    assert outcome == count
+    assert len(latencies) >= 5 and max(latencies) < duration * 0.3, (duration, max(latencies), len(latencies))
+
+
+def test_a_request_over_the_memory_limit_is_resource_exhausted(server) -> None:
+    """1,500,000 BYTES elements cost ~240 MB decoded, over the 200 MiB limit this server runs with."""
+    count = 1_500_000
+    tensor = grpcclient.InferInput("INPUT0", [count], "BYTES")
+    tensor.set_data_from_numpy(np.array([b""] * count, dtype=object))
+    with pytest.raises(InferenceServerException) as err:
+        grpcclient.InferenceServerClient(server.url).infer("identity_bytes", [tensor], client_timeout=120)
+    assert err.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+    assert "--max-request-decoded-bytes" in err.value.message()
+
+
+def test_errors_from_the_json_worker_process_keep_their_status(server) -> None:
+    """A 2 MB body parsed in the worker process: malformed JSON is still 400 with its message."""
+    body = b'{"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [500000], "data": [' + b"0.5," * 500_000 + b"]}"
+    request = urllib.request.Request(f"http://{server.http_url}/v2/models/identity_fp32/infer", data=body)
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=120)
+    assert err.value.code == 400 and "malformed JSON" in json.loads(err.value.read())["error"]
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            found.update(int(child) for child in f.read().split())
+    return found
+
+
+def test_a_killed_json_worker_is_replaced(server) -> None:
+    """The worker process that parses large JSON bodies dies (as under the OOM killer): the next body works."""
+    count = 300_000
+    body = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [count], "data": [0.5] * count}],
+                       "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}).encode()
+
+    def post() -> int:
+        request = urllib.request.Request(f"http://{server.http_url}/v2/models/identity_fp32/infer", data=body)
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status
+
+    assert post() == 200  # the worker exists now
+    workers = _children(server.proc.pid)
+    assert workers
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    assert post() == 200
+    assert server.proc.poll() is None
+
+
+def test_a_large_json_header_with_binary_data_both_ways(server) -> None:
+    """A JSON header over 1 MiB is parsed in the worker process while another input is binary data,
+    and a JSON output over 1 MiB is rendered there while another output goes back binary: the
+    binary parts cross the process boundary whole."""
+    count = 300_000
+    values = np.arange(count, dtype=np.float32) / 4  # exact in float32 and in short JSON text
+    binary = np.arange(1000, dtype=np.float32) - 0.5
+    header = json.dumps({
+        "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [count], "data": values.tolist()},
+                   {"name": "INPUT1", "datatype": "FP32", "shape": [1000],
+                    "parameters": {"binary_data_size": binary.nbytes}}],
+        "outputs": [{"name": "OUTPUT0"}, {"name": "OUTPUT1", "parameters": {"binary_data": True}}]}).encode()
+    assert len(header) > 2**20
+    request = urllib.request.Request(f"http://{server.http_url}/v2/models/pair_fp32/infer",
+                                     data=header + binary.tobytes(),
+                                     headers={"Inference-Header-Content-Length": str(len(header))})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        length = int(response.headers["Inference-Header-Content-Length"])
+        body = response.read()
+    answer = json.loads(body[:length])
+    assert [o["name"] for o in answer["outputs"]] == ["OUTPUT0", "OUTPUT1"]
+    assert np.array_equal(np.array(answer["outputs"][0]["data"], np.float32), values)
+    assert answer["outputs"][1]["parameters"]["binary_data_size"] == binary.nbytes
+    assert np.array_equal(np.frombuffer(body[length:], np.float32), binary)
