@@ -110,7 +110,9 @@ def start_mlserver(folder: Path, log: Path) -> tuple[list[subprocess.Popen], dic
     (folder / "settings.json").write_text(json.dumps({"host": "127.0.0.1", "http_port": ports["http"],
                                                       "grpc_port": ports["grpc"], "metrics_port": _free_port(),
                                                       "grpc_max_message_length": 2**31 - 1}))
-    proc = subprocess.Popen([str(mlserver_env()), "start", str(folder)], stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    # cwd: MLServer writes its Prometheus multiprocess files into ./.metrics of its working folder
+    proc = subprocess.Popen([str(mlserver_env()), "start", str(folder)], stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                            cwd=folder)
     _wait_http(proc, f"http://127.0.0.1:{ports['http']}/v2/models/identity_fp32/ready", log, "MLServer")
     return [proc], ports
 
