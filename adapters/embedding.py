@@ -92,14 +92,27 @@ class EmbeddingAdapter(TextAdapter):
         return out, batch.tokens
 
     def _dense(self, graph: list[np.ndarray], mask: np.ndarray) -> np.ndarray:
-        source = graph[self._source]
-        if self._pooling == "mean":
-            weights = mask[..., None].astype(np.float32)
-            source = (source * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-        elif self._pooling == "cls":
-            source = source[:, 0]
-        source = source.astype(np.float32, copy=False)
-        return l2_normalize(source) if self._normalize else source
+        return pool(graph[self._source], mask, self._pooling, self._normalize)
+
+
+def pool(states: np.ndarray, mask: np.ndarray, pooling: str, normalize: bool) -> np.ndarray:
+    """One vector per item: float32 [items, D].
+
+    Args:
+        states: per-token states [items, tokens, D] (``mean``, ``cls``) or pooled vectors
+            [items, D] (``none``).
+        mask: the attention mask [items, tokens] (1 for real tokens); ``mean`` averages only those
+            (sentence-transformers' mean pooling).
+        pooling: one of ``POOLINGS``.
+        normalize: L2-normalise each vector.
+    """
+    if pooling == "mean":
+        weights = mask[..., None].astype(np.float32)
+        states = (states * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+    elif pooling == "cls":
+        states = states[:, 0]
+    states = states.astype(np.float32, copy=False)
+    return l2_normalize(states) if normalize else states
 
 
 def open_model(model_dir: Path, version: int, config: mc.ModelConfig) -> EmbeddingAdapter:

@@ -49,8 +49,7 @@ class SparseAdapter(TextAdapter):
         batch, has_query = self.encode_with_query(feeds, parameters)
         weights = self.infer(batch, clock)[0]
         if self._logits:
-            mask = batch.feeds["attention_mask"][..., None].astype(np.float32)
-            weights = (np.log1p(np.maximum(weights, 0)) * mask).max(axis=1)
+            weights = splade_pool(weights, batch.feeds["attention_mask"])
         weights = weights.astype(np.float32, copy=False)
         out: dict[str, np.ndarray] = {"scores": np.zeros(0, dtype=np.float32)}
         if has_query:
@@ -61,6 +60,19 @@ class SparseAdapter(TextAdapter):
         out["sparse_values"] = weights[rows, columns]
         out["sparse_lengths"] = np.bincount(rows, minlength=len(weights)).astype(np.int64)
         return out, batch.tokens
+
+
+def splade_pool(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """SPLADE's pooling: max over real tokens of log(1 + relu(logit)).
+
+    Args:
+        logits: MLM logits [items, tokens, vocab].
+        mask: the attention mask [items, tokens] (padding never contributes).
+
+    Returns:
+        vocabulary weights [items, vocab], all >= 0.
+    """
+    return (np.log1p(np.maximum(logits, 0)) * mask[..., None].astype(np.float32)).max(axis=1)
 
 
 def open_model(model_dir: Path, version: int, config: mc.ModelConfig) -> SparseAdapter:

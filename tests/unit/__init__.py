@@ -1,0 +1,1 @@
+"""Unit layer: pure logic, no server process, no tritonclient (``pytest tests/unit``)."""

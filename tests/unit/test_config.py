@@ -1,0 +1,142 @@
+"""config.pbtxt parsing, auto-complete and validation (kserve_v2.repository.config), Triton's rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+
+from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.datatypes import BY_V2
+from kserve_v2.repository import config as cfg
+from kserve_v2.repository.config import ConfigError
+from kserve_v2.runtime.onnx import OnnxTensor
+
+FP32, INT64 = BY_V2["FP32"], BY_V2["INT64"]
+DYNAMIC_IN = [OnnxTensor("INPUT0", FP32, (-1, 16))]
+DYNAMIC_OUT = [OnnxTensor("OUTPUT0", FP32, (-1, 16))]
+
+
+def parse(text: str) -> mc.ModelConfig:
+    return text_format.Parse(text, mc.ModelConfig())
+
+
+def write(folder: Path, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / cfg.CONFIG_FILE).write_text(text)
+    return folder
+
+
+def test_missing_config_defaults_to_onnxruntime(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    config = cfg.read_config(tmp_path / "m", "m")
+    assert (config.name, config.platform, config.backend) == ("m", cfg.PLATFORM, "onnxruntime")
+
+
+def test_name_must_match_the_folder(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not match the folder name 'm'"):
+        cfg.read_config(write(tmp_path / "m", 'name: "other"'), "m")
+
+
+def test_unparsable_and_unsupported(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="failed to parse"):
+        cfg.read_config(write(tmp_path / "a", "max_batch_size: {"), "a")
+    with pytest.raises(ConfigError, match="failed to parse"):
+        cfg.read_config(tmp_path / "a", "a", override_json="{not json")
+    with pytest.raises(ConfigError, match="unsupported platform 'tensorrt_plan'"):
+        cfg.read_config(write(tmp_path / "b", 'platform: "tensorrt_plan"'), "b")
+    with pytest.raises(ConfigError, match="max_batch_size must be >= 0"):
+        cfg.read_config(write(tmp_path / "c", "max_batch_size: -1"), "c")
+
+
+def test_json_override_replaces_the_file(tmp_path: Path) -> None:
+    folder = write(tmp_path / "m", "max_batch_size: 2")
+    assert cfg.read_config(folder, "m", override_json='{"max_batch_size": 7}').max_batch_size == 7
+
+
+@pytest.mark.parametrize("text", [
+    'default_model_filename: "/etc/passwd"',
+    'default_model_filename: "../other/model.onnx"',
+    'default_model_filename: "a\\\\b"',
+    'output { name: "o" label_filename: "x/ .. /labels.txt" }',
+    'model_operations { op_library_filename: "../../lib.so" }',
+])
+def test_config_paths_are_confined(text: str) -> None:
+    with pytest.raises(ConfigError, match="must be a relative path inside the model folder") as caught:
+        cfg.check_config_paths(parse(text), "m")
+    assert "passwd" not in str(caught.value) and "lib.so" not in str(caught.value)
+
+
+def test_config_paths_lists_every_named_file() -> None:
+    config = parse('default_model_filename: "a.onnx" cc_model_filenames { key: "7.5" value: "b.onnx" } '
+                   'output { name: "o" label_filename: "l.txt" }')
+    assert sorted(cfg.config_paths(config)) == [("cc_model_filenames", "b.onnx"),
+                                               ("default_model_filename", "a.onnx"),
+                                               ("label_filename", "l.txt")]
+
+
+def test_auto_complete_turns_batching_on_for_dynamic_graphs() -> None:
+    config = parse('name: "m"')
+    cfg.complete_tensors(config, DYNAMIC_IN, DYNAMIC_OUT)
+    assert config.max_batch_size == cfg.DEFAULT_MAX_BATCH_SIZE
+    assert config.HasField("dynamic_batching")
+    assert [(t.name, mc.DataType.Name(t.data_type), list(t.dims)) for t in config.input] == [("INPUT0", "TYPE_FP32", [16])]
+    assert [(t.name, list(t.dims)) for t in config.output] == [("OUTPUT0", [16])]
+    cfg.validate(config, DYNAMIC_IN, DYNAMIC_OUT)
+
+
+def test_auto_complete_keeps_batching_off_for_fixed_first_dims() -> None:
+    config = parse('name: "m"')
+    fixed = [OnnxTensor("INPUT0", INT64, (3, 4))]
+    cfg.complete_tensors(config, fixed, [OnnxTensor("OUTPUT0", INT64, (3, 4))])
+    assert config.max_batch_size == 0 and not config.HasField("dynamic_batching")
+    assert list(config.input[0].dims) == [3, 4]
+
+
+def test_auto_complete_fills_declared_tensors_only_where_empty() -> None:
+    config = parse('name: "m" max_batch_size: 8 input { name: "INPUT0" dims: [-1] } output { name: "OUTPUT0" }')
+    cfg.complete_tensors(config, DYNAMIC_IN, DYNAMIC_OUT)
+    assert list(config.input[0].dims) == [-1] and config.input[0].data_type == mc.TYPE_FP32
+    assert list(config.output[0].dims) == [16]
+    with pytest.raises(ConfigError, match=r"has dims \[8\] \(after the batch dim\).*but \[16\]"):
+        cfg.validate(parse('name: "m" max_batch_size: 8 input { name: "INPUT0" data_type: TYPE_FP32 dims: [8] }'),
+                     DYNAMIC_IN, DYNAMIC_OUT)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('input { name: "INPUT0" data_type: TYPE_INT32 dims: [-1, 16] }', "TYPE_INT32 in the configuration but TYPE_FP32"),
+    ('input { name: "NOPE" data_type: TYPE_FP32 dims: [-1, 16] }', "unexpected input 'NOPE'"),
+    ('output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [-1, 16] }', r"model inputs \['INPUT0'\] are not in"),
+    ('max_batch_size: 4 dynamic_batching { preferred_batch_size: [8] } input { name: "INPUT0" data_type: TYPE_FP32 dims: [16] }',
+     "preferred size must be <= max batch size"),
+])
+def test_validate_refuses(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        cfg.validate(parse('name: "m" ' + text), DYNAMIC_IN, DYNAMIC_OUT)
+
+
+def test_batching_needs_a_dynamic_first_dim() -> None:
+    fixed = [OnnxTensor("INPUT0", FP32, (2, 16))]
+    with pytest.raises(ConfigError, match="no dynamic first dim"):
+        cfg.validate(parse('name: "m" max_batch_size: 4 input { name: "INPUT0" data_type: TYPE_FP32 dims: [16] }'),
+                     fixed, [])
+
+
+def test_instances_default_to_two_on_cpu_and_one_per_gpu() -> None:
+    config = parse('name: "m"')
+    cfg.complete_instances(config, gpus=0)
+    assert config.version_policy.latest.num_versions == 1
+    group = config.instance_group[0]
+    assert (group.kind, group.count, group.name) == (mc.ModelInstanceGroup.KIND_CPU, cfg.DEFAULT_CPU_INSTANCES, "m_0")
+    gpu = parse('name: "m"')
+    cfg.complete_instances(gpu, gpus=2)
+    assert (gpu.instance_group[0].kind, list(gpu.instance_group[0].gpus), gpu.instance_group[0].count) == (
+        mc.ModelInstanceGroup.KIND_GPU, [0, 1], 1)
+
+
+def test_instances_refuse_missing_gpus_and_kind_model() -> None:
+    with pytest.raises(ConfigError, match=r"asks for GPUs \[3\] but 1 are usable"):
+        cfg.complete_instances(parse('name: "m" instance_group { kind: KIND_GPU gpus: [3] }'), gpus=1)
+    with pytest.raises(ConfigError, match="KIND_MODEL is not supported"):
+        cfg.complete_instances(parse('name: "m" instance_group { kind: KIND_MODEL }'), gpus=0)
