@@ -2,7 +2,7 @@
 
 Truncation is set to the model's ``max_sequence_length`` and padding to the longest item of
 each batch, whatever the file says (MiniLM's file pads every item to 128). Overflow policies
-follow SIE's ``options.overflow_policy`` (``sie-http-api.txt``): ``default`` and
+follow SIE's ``options.overflow_policy`` (SIE's HTTP API reference): ``default`` and
 ``truncate_text`` cut the text to fit, ``error`` answers INPUT_TOO_LONG.
 """
 

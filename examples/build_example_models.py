@@ -1,6 +1,6 @@
 """Rebuild the example model repository: Triton's example models as ONNX graphs made with onnx.helper.
 
-Models (I/O as in Triton's docs/examples, ``shared/spec/triton-protocol-notes.md`` 4.1):
+Models (I/O as in Triton's ``docs/examples/model_repository``):
   simple           INT32 INPUT0/INPUT1 [16] -> OUTPUT0 = sum, OUTPUT1 = difference
   simple_int8      the same in INT8 (computed in INT32, cast back)
   simple_string    the same on decimal strings (BYTES)

@@ -4,7 +4,7 @@ Sends the sentences as a BYTES tensor `text` to a text-embedding model (the all-
 adapter that `make models` installs), reads the FP32 `dense` output (mean-pooled, L2-normalised
 on the server) and prints the cosine similarity of each sentence with the first.
 
-Needs the model in the repository: `make models`, then restart the server.
+Needs the model in the repository: `make models`, then `make serve` again.
 Usage: python examples/grpc_minilm_similarity.py [-u localhost:8001] [-m all-MiniLM-L6-v2] [sentences...]
 """
 

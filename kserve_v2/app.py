@@ -1,6 +1,6 @@
 """Composition root: builds the manager, service, gRPC server and REST server, and runs their lifetime.
 
-Lifecycle (``hardening-notes.md`` pain point 7): the port opens first (live, not ready); startup
+Lifecycle (Triton's: ``--strict-readiness`` and graceful shutdown): the port opens first (live, not ready); startup
 models load; readiness turns on. On SIGTERM/SIGINT readiness and grpc.health.v1 turn NOT_SERVING at
 once and Watch streams end, as do inference streams once their requests are answered; gRPC stops taking calls (new ones get UNAVAILABLE) while REST keeps
 answering new requests with 503 + Retry-After; requests already admitted, including those still

@@ -1,7 +1,7 @@
 """The one datatype table: V2 datatype <-> numpy dtype <-> config enum <-> ONNX type <-> contents field.
 
 Every other module derives its lookups from ``TABLE``. Sizes follow the V2 protocol's "Tensor
-Data Types" table (``shared/spec/kserve-v2-predict-protocol.txt``) plus Triton's BF16. BYTES
+Data Types" table (KServe's Open Inference Protocol, "Tensor Data Types") plus Triton's BF16. BYTES
 elements are variable-length; BF16 uses ``ml_dtypes.bfloat16`` because numpy has no bfloat16.
 """
 

@@ -2,7 +2,7 @@
 
 Every error the server reports is a ``ServerError`` carrying an ``ErrorCode``; the gRPC layer
 (``kserve_v2.grpc.status``) maps each code to a ``grpc.StatusCode`` with one table, following
-Triton's mapping (``shared/spec/hardening-notes.md`` section 4). Messages follow Triton's texts
+Triton's mapping (``src/grpc/grpc_utils.cc`` in triton-inference-server/server). Messages follow Triton's texts
 where tritonclient users or Triton's examples check them. This module imports no transport.
 """
 

@@ -1,7 +1,7 @@
 """ModelInferRequest -> model feeds, and model outputs -> ModelInferResponse.
 
-Request checks follow Triton's semantics and texts (``shared/spec/triton-protocol-notes.md``
-2.1, ``hardening-notes.md`` section 3); every error is INVALID_ARGUMENT unless noted. Responses
+Request checks follow Triton's semantics and texts (Triton's ``grpc_service.proto`` and its
+``qa/L0_input_validation`` tests); every error is INVALID_ARGUMENT unless noted. Responses
 always carry data in ``raw_output_contents``, one entry per output, in output order (what
 tritonclient's ``as_numpy`` reads); an output written to system shared memory has an empty entry
 and its ``shared_memory_*`` parameters. Inputs read from shared memory have no raw entry: raw

@@ -8,7 +8,7 @@ have, so the counting families are exposed as untyped under their exact names (P
 ``rate()`` works the same). A latency histogram in seconds is added for percentiles. Nothing is
 module-global: ``app.py`` builds the registry. Updated on the event loop by ``InferenceService``.
 
-SIE's families (``sie-http-api.txt``) describe the same requests for SIE dashboards:
+SIE's families (SIE's HTTP API reference, "Metrics") describe the same requests for SIE dashboards:
 ``sie_requests_total`` (model, endpoint, status), ``sie_request_duration_seconds`` (model,
 endpoint, phase), ``sie_batch_size``, ``sie_tokens_processed_total`` and ``sie_queue_depth``
 (model); ``ModelStateCollector`` adds ``sie_model_loaded`` and ``sie_model_memory_bytes`` (model,

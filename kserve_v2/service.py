@@ -53,7 +53,7 @@ class ServerState:
     """Readiness inputs: startup finished, draining, strict readiness (Triton's rules).
 
     Ready means: startup loading finished, not draining, and, with strict readiness, every
-    model loaded at startup is READY (``hardening-notes.md`` "ServerReady in Triton").
+    model loaded at startup is READY (Triton's ``--strict-readiness``; ``src/server.cc`` ``IsReady``).
     """
 
     def __init__(self, strict_readiness: bool) -> None:

@@ -1,4 +1,4 @@
-"""The server status object of SIE's ``/ws/status`` (``sie-http-api.txt``), transport-free.
+"""The server status object of SIE's ``/ws/status`` (SIE's HTTP API reference), transport-free.
 
 Server facts, every model with its state, pending requests and memory, the GPU list (empty on
 CPU hosts), and the registry's counters and histograms. Built on the event loop, every 200 ms

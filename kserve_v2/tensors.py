@@ -2,10 +2,11 @@
 
 The one place that turns protocol tensor data into ``np.ndarray`` and back. Raw numeric data
 becomes a read-only ``np.frombuffer`` view with no copy. Every count and size is checked against
-the declared shape before anything is allocated (``shared/spec/hardening-notes.md`` section 3:
-overflowing shapes, compromised byte sizes, truncated or flooding BYTES prefixes).
+the declared shape before anything is allocated, with the messages of Triton's input checks
+(Triton's ``qa/L0_input_validation`` tests): overflowing shapes, compromised byte sizes, truncated
+or flooding BYTES prefixes.
 
-BYTES framing (``shared/spec/triton-protocol-notes.md`` 2.1): each element, in row-major
+BYTES framing (Triton's ``grpc_service.proto``, ``raw_input_contents``): each element, in row-major
 order, is a 4-byte little-endian unsigned length followed by that many bytes; embedded NULs
 are data. Decoded BYTES tensors are numpy ``object`` arrays of ``bytes``.
 """

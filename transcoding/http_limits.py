@@ -2,7 +2,7 @@
 
 uvicorn already closes idle keep-alive connections (``timeout_keep_alive``) and answers 503 over a
 connection cap (``limit_concurrency``). This protocol, a subclass of uvicorn's httptools one, adds
-what a slow or hostile client needs to be stopped (``hardening-notes.md`` attacks 24 and the
+what a slow or hostile client needs to be stopped (slowloris and the
 CVE-2025-23310 chunk flood):
 
 - header deadline: a request's line and headers must all arrive within ``header_timeout_s`` of its

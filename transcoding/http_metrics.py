@@ -1,4 +1,4 @@
-"""HTTP metrics as mistral.rs labels them (``mistralrs-http-semantics.txt``, Metrics).
+"""HTTP metrics as mistral.rs labels them (mistral.rs's HTTP API reference, ``docs/src/content/docs/reference/http-api.md``, Metrics).
 
 ``http_requests_total`` and ``http_request_duration_seconds`` by method, path, model and
 status; ``http_requests_in_flight`` and ``http_request_body_bytes`` by method, path and model.
@@ -6,8 +6,9 @@ status; ``http_requests_in_flight`` and ``http_request_body_bytes`` by method, p
 dropped), never the concrete URI; unmatched requests are ``<unmatched>``; ``model`` is the model
 the route resolved (an alias or a body's ``model`` becomes its repository name; the in-flight gauge
 keeps the path's), else the path's model when the server knows it, ``unknown`` for any other name
-(so clients cannot grow label cardinality), or ``none``. Health,
-metrics and docs requests and CORS preflights are not counted. A pure ASGI middleware.
+(so clients cannot grow label cardinality), or ``none``. V2 health,
+metrics, docs and status requests, ``/`` and CORS preflights are not counted (SIE's ``/healthz`` and
+``/readyz`` are). A pure ASGI middleware.
 """
 
 from __future__ import annotations

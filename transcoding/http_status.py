@@ -1,7 +1,7 @@
 """ErrorCode -> HTTP status: the one table for every HTTP route, and the error body.
 
-Triton's mapping (``HttpCodeFromError``, ``hardening-notes.md`` section 4), with the notes'
-recommendations where they differ: 413 for an oversized request, 499/504 for cancel/deadline.
+Triton's mapping (``HttpCodeFromError`` in Triton's ``src/http_server.cc``), except where HTTP has
+a more precise code: 413 for an oversized request, 499/504 for cancel/deadline.
 Bodies are ``{"error": "<message>"}`` (V2 protocol).
 """
 
@@ -35,7 +35,7 @@ RETRY_AFTER_S = 1
 
 
 def error_headers(err: BaseException) -> dict[str, str]:
-    """Headers that go with an error: ``Retry-After`` for a full queue (hardening-notes.md #9), for
+    """Headers that go with an error: ``Retry-After`` for a full queue, for
     a model that is not loaded (SIE's MODEL_NOT_LOADED) and for a full request memory pool."""
     return {"Retry-After": str(RETRY_AFTER_S)} if isinstance(err, Overloaded | NotLoaded | MemoryBusy) else {}
 

@@ -1,6 +1,6 @@
 """Protobuf messages as Triton's JSON: field names as in the .proto, defaults printed, enums
 by name, and 64-bit integers as JSON numbers (protobuf's JSON mapping prints them as strings;
-Triton rewrites them, ``triton-protocol-notes.md`` 2.3 "Model config JSON")."""
+Triton rewrites them: the model configuration extension, ``extension_model_configuration.md``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """V2 JSON inference bodies (with Triton's binary tensor data extension) <-> ModelInferRequest/Response.
 
-Request body (``triton-protocol-notes.md`` 2.2): a JSON header, then the bytes of every input
+Request body (Triton's binary tensor data extension, ``extension_binary_data.md``): a JSON header, then the bytes of every input
 that has ``parameters.binary_data_size``, in input order; ``Inference-Header-Content-Length``
 gives the header's length when binary data follows. JSON ``data`` (nested or flat) becomes raw
 bytes; every input not in shared memory reaches the core in ``raw_input_contents``, so validation happens once, in

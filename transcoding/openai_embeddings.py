@@ -1,7 +1,7 @@
 """OpenAI's ``POST /v1/embeddings`` and ``GET /v1/models[/{id}]`` on the text models.
 
 Two specifications meet here: OpenAI's API reference ("Embeddings", "Models") and SIE's
-(``sie-http-api.txt``), which lists models as ``{"models": [ModelInfo]}``. ``/v1/models`` answers
+(HTTP API reference), which lists models as ``{"models": [ModelInfo]}``. ``/v1/models`` answers
 both in one document - OpenAI's ``object: "list"`` and ``data`` (``id``, ``object: "model"``,
 ``created``, ``owned_by``) beside SIE's ``models`` - and ``/v1/models/{id}`` one model's OpenAI
 fields beside its ModelInfo. Where they collide, OpenAI wins: these routes answer JSON unless

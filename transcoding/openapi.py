@@ -2,7 +2,7 @@
 
 Kept true by ``tests/test_rest_docs.py``, which compares it with the application's routes and
 fuzzes the server with schemathesis from it. Shapes follow the V2 protocol
-(``kserve-v2-predict-protocol.txt``) and Triton's extensions.
+(KServe's Open Inference Protocol) and Triton's extensions.
 """
 
 from __future__ import annotations

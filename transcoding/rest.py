@@ -1,8 +1,8 @@
 """REST on the V2 HTTP protocol with Triton's extensions: every route is a transcoder.
 
 A route parses HTTP into the protobuf request the gRPC servicer would receive, calls the same
-``InferenceService`` method, and renders its protobuf response as JSON (``triton-protocol-notes.md``
-2.2-2.3, ``open-inference-rest.txt``). Errors come from the one table in ``http_status``.
+``InferenceService`` method, and renders its protobuf response as JSON (KServe's Open Inference Protocol, REST; Triton's
+``docs/protocol`` extensions). Errors come from the one table in ``http_status``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The semantic endpoints of ``sie-http-api.txt``: encode, score, extract, health; ``TextModels``.
+"""The semantic endpoints of SIE's HTTP API reference: encode, score, extract, health; ``TextModels``.
 
 Each route turns its body into a ``ModelInferRequest`` with BYTES text inputs, calls the same
 ``InferenceService.model_infer_reported`` as gRPC, and reshapes the output tensors into SIE's

@@ -1,4 +1,4 @@
-"""Bodies and errors of the semantic endpoints (``sie-http-api.txt``).
+"""Bodies and errors of the semantic endpoints (SIE's HTTP API reference).
 
 Requests are msgpack when ``Content-Type`` says so, JSON otherwise, and are checked against
 ``sie_schema`` with ``jsonschema``. Responses are msgpack unless ``Accept`` asks for JSON; arrays

@@ -1,4 +1,4 @@
-"""JSON Schemas of the semantic request bodies (``sie-http-api.txt``; OpenAI's embeddings API).
+"""JSON Schemas of the semantic request bodies (SIE's HTTP API reference; OpenAI's embeddings API).
 
 One source for two uses: ``sie_codec`` validates every request against them with the
 ``jsonschema`` library, and ``openapi`` publishes them. The subset used is valid in OpenAPI 3.0.

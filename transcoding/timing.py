@@ -15,7 +15,7 @@ _IDS = RandomIdGenerator()
 
 
 def timing_headers(timing: RequestReport, total_ns: int) -> dict[str, str]:
-    """SIE's timing headers in ms (``sie-http-api.txt``): total time of the HTTP request, and the
+    """SIE's timing headers in ms (SIE's HTTP API reference): total time of the HTTP request, and the
     phases the core measured - queue (waiting for an instance), tokenization (decoding the request
     into tensors, and a text model's tokenizer), inference (the model) and postprocessing (encoding outputs, only when > 0)."""
     headers = {"X-Total-Time": f"{total_ns / 1e6:.3f}", "X-Queue-Time": f"{timing.queue_ns / 1e6:.3f}",

@@ -3,7 +3,7 @@
 Each route turns the HTTP request into the protobuf request of the gRPC RPC (``TraceSetting``,
 ``LogSettings``, ``CudaSharedMemory*``), calls the same ``InferenceService`` method, and renders
 the answer as Triton's JSON (``extension_trace.md``, ``extension_logging.md``,
-``extension_shared_memory.md``; ``triton-protocol-notes.md`` 2.3).
+``extension_shared_memory.md`` in Triton's ``docs/protocol``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each RPC calls one service method; errors are turned into a gRPC status in one place
 (``status.abort``). ModelStreamInfer sends one ModelStreamInferResponse per request, echoing
 the request ``id``; a failed request is reported in ``error_message`` and the stream stays open
-(``triton-protocol-notes.md`` 2.1, Streaming).
+(Triton's ``grpc_service.proto``, ``ModelStreamInfer``).
 """
 
 from __future__ import annotations

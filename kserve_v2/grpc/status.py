@@ -1,4 +1,4 @@
-"""ErrorCode -> grpc.StatusCode: the one table (Triton's mapping, ``hardening-notes.md`` section 4)."""
+"""ErrorCode -> grpc.StatusCode: the one table (Triton's mapping: ``src/grpc/grpc_utils.cc`` in triton-inference-server/server)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """RepositoryModelLoad parameters: the ``config`` override and ``file:<path>`` files.
 
-Semantics are Triton's (``triton-protocol-notes.md`` section 3): ``config`` is ModelConfig JSON
+Semantics are Triton's (model repository extension, ``extension_model_repository.md``): ``config`` is ModelConfig JSON
 that replaces config.pbtxt for this load; ``file:<version>/<path>`` parameters (bytes) form a
 whole override model folder and require ``config``; any other key is rejected. Override files
 are written only into a fresh private directory per load. Every path is checked first
-(``hardening-notes.md`` attack 15): nothing is written for a request with one bad path.
+(no ``..``, absolute path, backslash, NUL or over-long component): nothing is written for a request with one bad path.
 """
 
 from __future__ import annotations
