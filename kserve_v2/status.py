@@ -7,19 +7,65 @@ per connected client.
 
 from __future__ import annotations
 
+import enum
 import getpass
 import os
 import time
 from collections import defaultdict
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
 from kserve_v2 import __version__
 from kserve_v2.gpu import gpu_readings
-from kserve_v2.repository.manager import ModelManager, ModelRecord, State
 
-_STATES = {State.READY: "loaded", State.LOADING: "loading", State.UNLOADING: "unloading"}
+if TYPE_CHECKING:
+    from kserve_v2._proto import model_config_pb2 as mc
+    from kserve_v2.model import ModelVersion
+
+# A version's state (Triton's names, the ``value`` of the state enum) -> the status object's model state.
+_STATES = {"READY": "loaded", "LOADING": "loading", "UNLOADING": "unloading"}
+
+
+class VersionView(Protocol):
+    """What the reporter reads of one version (the repository's ``VersionStatus`` provides it)."""
+
+    @property
+    def state(self) -> enum.Enum:
+        """Its lifecycle state; ``value`` is Triton's name: READY, UNAVAILABLE, LOADING or UNLOADING."""
+        ...
+
+    @property
+    def model(self) -> ModelVersion | None:
+        """The servable version while READY."""
+        ...
+
+
+class RecordView(Protocol):
+    """What the reporter reads of one model name (the repository's ``ModelRecord`` provides it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def config(self) -> mc.ModelConfig | None: ...
+
+    @property
+    def versions(self) -> Mapping[int, VersionView]: ...
+
+    @property
+    def memory_bytes(self) -> int:
+        """Resident memory the last successful load added (bytes)."""
+        ...
+
+
+class Records(Protocol):
+    """The model lifecycle as the reporter sees it (``repository.manager.ModelManager`` provides it)."""
+
+    def records(self) -> Sequence[RecordView]:
+        """Every model the server has loaded or tried to load, by name."""
+        ...
 
 
 class StatusReporter:
@@ -31,7 +77,7 @@ class StatusReporter:
         gpus: usable CUDA devices (0 on CPU hosts).
     """
 
-    def __init__(self, manager: ModelManager, registry: CollectorRegistry | None, gpus: int) -> None:
+    def __init__(self, manager: Records, registry: CollectorRegistry | None, gpus: int) -> None:
         self._manager = manager
         self._registry = registry
         self._gpus = gpus
@@ -55,9 +101,9 @@ class StatusReporter:
         }
 
     @staticmethod
-    def _model(record: ModelRecord) -> dict[str, Any]:
-        states = {s.state for s in record.versions.values()}
-        ready = [s.model for s in record.versions.values() if s.state is State.READY and s.model is not None]
+    def _model(record: RecordView) -> dict[str, Any]:
+        states = {s.state.value for s in record.versions.values()}
+        ready = [s.model for s in record.versions.values() if s.state.value == "READY" and s.model is not None]
         entry: dict[str, Any] = {
             "name": record.name,
             "state": next((_STATES[s] for s in _STATES if s in states), "available"),
