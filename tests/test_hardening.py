@@ -1,4 +1,6 @@
-"""Every gRPC attack of shared/spec/hardening-notes.md gets its status, and the next good request works.
+"""Hostile and malformed gRPC requests (overflowing shapes, compromised byte sizes, bad BYTES framing,
+traversal names, ...; Triton's ``qa/L0_input_validation`` cases and more) each get their status, and
+the next good request works.
 
 Requests are built with tritonclient's own protobuf stubs so that malformed ones can be sent.
 """
