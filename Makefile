@@ -6,7 +6,7 @@ SHARED ?= ../shared
 REPO ?= examples/model_repository
 PROTO_OUT := kserve_v2/_proto
 
-.PHONY: venv browser proto examples models serve test fuzz bench clean
+.PHONY: venv browser proto examples models serve test unit fuzz bench clean
 
 # One environment holds the server, the code generator and the test clients (tritonclient).
 $(BIN)/kserve-v2: pyproject.toml constraints.txt
@@ -42,6 +42,10 @@ serve: venv
 
 test: venv browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The unit layer alone (no server, no tritonclient), in seconds; `make test` runs it too.
+unit: venv
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
 # The ModelInferRequest fuzz with a long budget (CI runs 150 seeded examples).
 FUZZ_EXAMPLES ?= 20000
