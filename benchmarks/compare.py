@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import triton  # noqa: E402 - sibling module
 from cache import cache_dir  # noqa: E402 - sibling module
 from perf import ROOT, perf_analyzer, run, start_server  # noqa: E402 - the sibling benchmark's helpers
+from processes import wait_http  # noqa: E402 - sibling module
 
 HERE = Path(__file__).resolve().parent
 # uvloop 0.22 broke MLServer 1.7's workers ("There is no current event loop")
@@ -86,19 +86,6 @@ def mlserver_env() -> Path:
     return executable
 
 
-def _wait_http(proc: subprocess.Popen, url: str, log: Path, what: str) -> None:
-    for _ in range(1200):
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            if proc.poll() is not None:
-                break
-            time.sleep(0.1)
-    proc.kill()
-    sys.exit(f"{what} did not become ready:\n{log.read_text()[-3000:]}")
-
-
 def start_mlserver(folder: Path, log: Path) -> tuple[list[subprocess.Popen], dict[str, int]]:
     ports = {"http": _free_port(), "grpc": _free_port()}
     for model in ("simple", "identity_fp32"):
@@ -113,7 +100,7 @@ def start_mlserver(folder: Path, log: Path) -> tuple[list[subprocess.Popen], dic
     # cwd: MLServer writes its Prometheus multiprocess files into ./.metrics of its working folder
     proc = subprocess.Popen([str(mlserver_env()), "start", str(folder)], stdout=open(log, "w"), stderr=subprocess.STDOUT,
                             cwd=folder)
-    _wait_http(proc, f"http://127.0.0.1:{ports['http']}/v2/models/identity_fp32/ready", log, "MLServer")
+    wait_http(proc, f"http://127.0.0.1:{ports['http']}/v2/models/identity_fp32/ready", log, "MLServer")
     return [proc], ports
 
 
@@ -127,7 +114,7 @@ def start_ceiling(work: Path) -> tuple[list[subprocess.Popen], dict[str, int]]:
         log = work / f"ceiling-{protocol}.log"
         procs.append(subprocess.Popen([sys.executable, str(script), "--port", str(ports[protocol]), "--repository",
                                        str(EXAMPLES)], stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env))
-    _wait_http(procs[1], f"http://127.0.0.1:{ports['http']}/v2/health/ready", work / "ceiling-http.log", "ceiling REST")
+    wait_http(procs[1], f"http://127.0.0.1:{ports['http']}/v2/health/ready", work / "ceiling-http.log", "ceiling REST")
     for _ in range(600):  # the gRPC ceiling prints its line once its port is open
         if "listening" in (work / "ceiling-grpc.log").read_text():
             return procs, ports

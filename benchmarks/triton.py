@@ -17,11 +17,10 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 from cache import cache_dir  # sibling module
+from processes import wait_http  # sibling module
 
 PACKAGES = ["nvidia-pytriton==0.7.0", "onnxruntime", "numpy"]
 HERE = Path(__file__).resolve().parent
@@ -81,13 +80,5 @@ def start(env: Path, examples: Path, work: Path, ports: dict[str, int], log: Pat
                "--http-address", "127.0.0.1", "--http-port", str(ports["http"]),
                "--metrics-port", str(ports["metrics"]), "--allow-metrics", "false", "--log-verbose", "0"]
     proc = subprocess.Popen(command, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=environ)
-    for _ in range(1200):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ports['http']}/v2/health/ready", timeout=1):
-                return proc
-        except OSError:
-            if proc.poll() is not None:
-                break
-            time.sleep(0.1)
-    proc.kill()
-    sys.exit(f"Triton did not become ready:\n{log.read_text()[-3000:]}")
+    wait_http(proc, f"http://127.0.0.1:{ports['http']}/v2/health/ready", log, "Triton")
+    return proc
