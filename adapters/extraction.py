@@ -115,10 +115,11 @@ def _units(encoding: Encoding, probabilities: np.ndarray, strategy: str) -> list
     """The real tokens (``simple``, ``none``) or words (``first``, ``max``, ``average``) of one text."""
     tokens = [t for t, (special, real) in enumerate(zip(encoding.special_tokens_mask, encoding.attention_mask,
                                                           strict=True)) if real and not special]
+    word_ids, offsets = encoding.word_ids, encoding.offsets  # each attribute read builds a new list
     groups: list[list[int]] = []
     for token in tokens:
-        word = encoding.word_ids[token]
-        if strategy in WORD_STRATEGIES and groups and word is not None and encoding.word_ids[groups[-1][0]] == word:
+        word = word_ids[token]
+        if strategy in WORD_STRATEGIES and groups and word is not None and word_ids[groups[-1][0]] == word:
             groups[-1].append(token)
         else:
             groups.append([token])
@@ -131,8 +132,7 @@ def _units(encoding: Encoding, probabilities: np.ndarray, strategy: str) -> list
         else:
             best = int(rows.max(axis=-1).argmax()) if strategy == "max" else 0
             label, score = int(rows[best].argmax()), float(rows[best].max())
-        units.append(_Unit(label, score, encoding.offsets[group[0]][0], encoding.offsets[group[-1]][1],
-                           encoding.word_ids[group[0]]))
+        units.append(_Unit(label, score, offsets[group[0]][0], offsets[group[-1]][1], word_ids[group[0]]))
     return units
 
 

@@ -15,17 +15,28 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "model_repository"
 SHARED_MODELS = ROOT.parent / "shared" / "models"
+# sentence-transformers' example sentences and the MiniLM cosines (first vs the others) that
+# ../shared/models/README.md gives as ONNX Runtime CPU reference values
+SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "A cheetah is running behind its prey."]
+REFERENCE = {"all-MiniLM-L6-v2": (0.7553, 0.1419), "all-MiniLM-L6-v2-int8": (0.7535, 0.1371)}
 _LISTENING = re.compile(r"gRPC server listening on [^:]+:(\d+)")
 _HTTP_LISTENING = re.compile(r"HTTP server listening on [^:]+:(\d+)")
 _METRICS_LISTENING = re.compile(r"metrics server listening on [^:\"]+:(\d+)")
 _STARTED = ("server is ready", "server is live but not ready")
 
+
+
+def cosines(vectors) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors[1:] @ vectors[0]
 
 @dataclass
 class Server:

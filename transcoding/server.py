@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,12 +17,12 @@ from dataclasses import dataclass
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from transcoding.http_access import json_reply
 from transcoding.http_limits import ConnectionLimits, LimitedHttpToolsProtocol, protocol_class
 from transcoding.http_status import RETRY_AFTER_S
 
 # Paths that keep answering during the drain: the process is alive until it exits.
 LIVENESS_PATHS = frozenset({"/", "/v2/health/live", "/healthz"})
-EXITING = json.dumps({"error": "Server exiting: it has stopped accepting new requests"}).encode()
 
 
 @dataclass(frozen=True)
@@ -117,7 +116,5 @@ class _DrainingApp:
             return await send({"type": "websocket.close", "code": 1012})  # 1012: service restart
         if scope["type"] != "http" or scope["path"] in LIVENESS_PATHS:
             return await self._app(scope, receive, send)
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(EXITING)).encode()),
-                   (b"retry-after", str(RETRY_AFTER_S).encode()), (b"connection", b"close")]
-        await send({"type": "http.response.start", "status": 503, "headers": headers})
-        await send({"type": "http.response.body", "body": EXITING})
+        await json_reply(send, 503, {"error": "Server exiting: it has stopped accepting new requests"},
+                         {"retry-after": str(RETRY_AFTER_S), "connection": "close"})

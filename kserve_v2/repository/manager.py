@@ -157,12 +157,13 @@ class ModelManager:
         """Build an ensemble's versions into ``result`` once its composing models are loaded;
         a failure becomes ``result.error``, naming the step."""
         assert result.config is not None
+        folders = layout.model_dirs(self._repositories)
         for index, model, _ in ensemble.composing_models(result.config):
             if model in chain:
                 result.error = (f"ensemble '{name}' step {index}: model '{model}' is an ensemble that depends on "
                                 f"'{name}' (circular dependency {' -> '.join((*chain, model))})")
                 return
-            if not self.is_ready(model, "") and model in layout.model_dirs(self._repositories):
+            if not self.is_ready(model, "") and model in folders:
                 try:
                     await self.load(model, _chain=chain)
                 except ServerError as err:

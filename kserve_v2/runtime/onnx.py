@@ -128,8 +128,8 @@ class OnnxSession:
         """
         for name in self._string_inputs.intersection(feeds):
             feeds[name] = _as_text(feeds[name], name)
-        options = ort.RunOptions()
         cancellation = current()
+        options = None if cancellation is None else ort.RunOptions()  # inline executions cannot be cancelled
         if cancellation is not None:
             cancellation.on_cancel(lambda: setattr(options, "terminate", True))
         try:
@@ -139,14 +139,14 @@ class OnnxSession:
                 return self._run_io_binding(feeds, output_names, options)
             return self._session.run(list(output_names), feeds, options)
         except Exception as err:
-            if options.terminate:
+            if options is not None and options.terminate:
                 raise Cancelled("the execution was terminated: every request in it was cancelled") from None
             if isinstance(err, _VALUE_ERRORS):
                 raise InvalidInput(_value_error(str(err), list(feeds))) from None
             raise
 
     def _run_io_binding(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                        options: ort.RunOptions) -> list[np.ndarray]:
+                        options: ort.RunOptions | None) -> list[np.ndarray]:
         binding = self._session.io_binding()
         for name, array in feeds.items():
             binding.bind_cpu_input(name, np.ascontiguousarray(array))
@@ -156,7 +156,7 @@ class OnnxSession:
         return binding.copy_outputs_to_cpu()
 
     def _run_ort_values(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                        options: ort.RunOptions) -> list[np.ndarray]:
+                        options: ort.RunOptions | None) -> list[np.ndarray]:
         values = {}
         for name, array in feeds.items():
             array = np.ascontiguousarray(array)
