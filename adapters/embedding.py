@@ -23,19 +23,18 @@ from pathlib import Path
 
 import numpy as np
 
-from adapters.base import Clock, TextAdapter, l2_normalize, text_input
+from adapters.base import Prepared, TextAdapter, l2_normalize
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import Parameter
-from kserve_v2.datatypes import BY_V2
-from kserve_v2.runtime.onnx import OnnxTensor
+from kserve_v2.backend import Backend, Parameter
+from kserve_v2.text import InputKind, OutputKind, TextInput, TextOutput
 
 POOLINGS = ("mean", "cls", "none")
+# SIE's output_dtype -> the V2 output with the dense vectors in that precision
+DENSE_OUTPUTS = {"float32": "dense", "float16": "dense_fp16", "int8": "dense_int8", "binary": "dense_binary"}
 
 
-class EmbeddingAdapter(TextAdapter):
+class EmbeddingAdapter(TextAdapter[Prepared]):
     """A sentence-embedding model (an ``Executable``; see the module docstring)."""
-
-    ragged = {"multivector": "multivector_lengths"}
 
     def __init__(self, model_dir: Path, version: int, config: mc.ModelConfig) -> None:
         super().__init__(model_dir, version, config)
@@ -54,23 +53,23 @@ class EmbeddingAdapter(TextAdapter):
         dims = graph[self._source].shape[-1]
         if dims < 1:
             raise ValueError("the embedding width is not fixed in the graph")
-        self.inputs = (text_input("text"), text_input("query", optional=True, shape=(1,)))
-        outputs = [OnnxTensor("dense", BY_V2["FP32"], (-1, dims)), OnnxTensor("dense_fp16", BY_V2["FP16"], (-1, dims)),
-                   OnnxTensor("dense_int8", BY_V2["INT8"], (-1, dims)),
-                   OnnxTensor("dense_binary", BY_V2["UINT8"], (-1, (dims + 7) // 8))]
+        outputs = [TextOutput(OutputKind.DENSE, dtype, dims, name) for dtype, name in DENSE_OUTPUTS.items()]
         if self._per_token is not None:
-            outputs += [OnnxTensor("multivector", BY_V2["FP32"], (-1, dims)),
-                        OnnxTensor("multivector_lengths", BY_V2["INT64"], (-1,))]
-        self.outputs = (*outputs, OnnxTensor("scores", BY_V2["FP32"], (-1,)))
+            outputs.append(TextOutput(OutputKind.MULTIVECTOR, "float32", dims, "multivector",
+                                      lengths="multivector_lengths"))
+        outputs.append(TextOutput(OutputKind.SCORE, "float32", 0, "scores"))
+        self.declare((TextInput(InputKind.TEXT), TextInput(InputKind.QUERY, optional=True)), outputs)
 
-    def compute(self, feeds: dict[str, np.ndarray], wanted: set[str], parameters: Mapping[str, Parameter],
-                clock: Clock) -> tuple[dict[str, np.ndarray], int]:
-        batch, has_query = self.encode_with_query(feeds, parameters)
-        graph = self.infer(batch, clock)
-        mask = batch.feeds["attention_mask"]
-        dense = self._dense(graph, mask)
+    def preprocess(self, feeds: dict[str, np.ndarray], parameters: Mapping[str, Parameter]) -> Prepared:
+        """The texts (and the query, last) tokenized, the instruction applied."""
+        return self.encode_with_query(feeds, parameters)
+
+    def postprocess(self, prepared: Prepared, graph: list[np.ndarray], wanted: set[str]) -> dict[str, np.ndarray]:
+        """Pooled (and normalised) vectors in every wanted precision, per-token vectors, query scores."""
+        mask = prepared.batch.feeds["attention_mask"]
+        dense = pool(graph[self._source], mask, self._pooling, self._normalize)
         out: dict[str, np.ndarray] = {}
-        if has_query:
+        if prepared.has_query:
             unit = l2_normalize(dense)
             out["scores"] = (unit[:-1] @ unit[-1]).astype(np.float32)
             dense, mask, graph = dense[:-1], mask[:-1], [g[:-1] for g in graph]
@@ -89,10 +88,7 @@ class EmbeddingAdapter(TextAdapter):
             vectors = np.concatenate(rows).astype(np.float32, copy=False)
             out["multivector"] = l2_normalize(vectors) if self._normalize else vectors
             out["multivector_lengths"] = np.array([len(r) for r in rows], dtype=np.int64)
-        return out, batch.tokens
-
-    def _dense(self, graph: list[np.ndarray], mask: np.ndarray) -> np.ndarray:
-        return pool(graph[self._source], mask, self._pooling, self._normalize)
+        return out
 
 
 def pool(states: np.ndarray, mask: np.ndarray, pooling: str, normalize: bool) -> np.ndarray:
@@ -115,6 +111,5 @@ def pool(states: np.ndarray, mask: np.ndarray, pooling: str, normalize: bool) ->
     return l2_normalize(states) if normalize else states
 
 
-def open_model(model_dir: Path, version: int, config: mc.ModelConfig) -> EmbeddingAdapter:
-    """The ``text_embedding`` backend's opener (entry point)."""
-    return EmbeddingAdapter(model_dir, version, config)
+# the ``text_embedding`` backend (entry point)
+BACKEND = Backend(EmbeddingAdapter, offers=(OutputKind.DENSE, OutputKind.SCORE))

@@ -31,19 +31,28 @@ from typing import Any
 
 import numpy as np
 
-from adapters.base import Clock, TextAdapter, string_parameter, text_input, texts
+from adapters.base import Prepared, TextAdapter
+from adapters.inputs import string_parameter, texts
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import Parameter
-from kserve_v2.datatypes import BY_V2
+from kserve_v2.backend import Backend, Parameter
 from kserve_v2.errors import InvalidInput
-from kserve_v2.runtime.onnx import OnnxTensor
+from kserve_v2.text import InputKind, OutputKind, TextInput, TextOutput
 from tokenizers import Encoding
 
 AGGREGATION_STRATEGIES = ("simple", "first", "max", "average", "none")
 WORD_STRATEGIES = ("first", "max", "average")
 
 
-class ExtractionAdapter(TextAdapter):
+@dataclass(slots=True)
+class _Request(Prepared):
+    """A pre-processed extraction request: the tokenized texts and how to decode them."""
+
+    keep: set[str] | None = None  # lower-cased labels to keep; None: all
+    threshold: float = 0.5
+    strategy: str = "first"
+
+
+class ExtractionAdapter(TextAdapter[_Request]):
     """A token-classification model (an ``Executable``; see the module docstring)."""
 
     def __init__(self, model_dir: Path, version: int, config: mc.ModelConfig) -> None:
@@ -54,11 +63,15 @@ class ExtractionAdapter(TextAdapter):
         if len(graph.shape) != 3 or graph.shape[-1] not in (-1, len(self._labels)):
             raise ValueError(f"output '{graph.name}' must be logits [batch, tokens, {len(self._labels)}]")
         self._threshold = float(self.parameters.get("threshold") or 0.5)
-        self.inputs = (text_input("text"), text_input("labels", optional=True))
-        self.outputs = (OnnxTensor("entities", BY_V2["BYTES"], (-1,)),)
+        self.declare((TextInput(InputKind.TEXT), TextInput(InputKind.LABELS, optional=True)),
+                     (TextOutput(OutputKind.ENTITIES, "json", 0, "entities"),))
 
-    def compute(self, feeds: dict[str, np.ndarray], wanted: set[str], parameters: Mapping[str, Parameter],
-                clock: Clock) -> tuple[dict[str, np.ndarray], int]:
+    def preprocess(self, feeds: dict[str, np.ndarray], parameters: Mapping[str, Parameter]) -> _Request:
+        """The texts tokenized; the labels to keep, the threshold and the aggregation strategy checked.
+
+        Raises:
+            InvalidInput: a threshold outside [0, 1] or an unknown aggregation strategy -> 400.
+        """
         items = texts(feeds, "text")
         keep = {label.lower() for label in texts(feeds, "labels")} if "labels" in feeds else None
         threshold = parameters.get("threshold", self._threshold)
@@ -67,18 +80,21 @@ class ExtractionAdapter(TextAdapter):
         strategy = string_parameter(parameters, "aggregation_strategy", "first")
         if strategy not in AGGREGATION_STRATEGIES:
             raise InvalidInput(f"unknown aggregation_strategy '{strategy}': use one of {list(AGGREGATION_STRATEGIES)}")
-        batch = self.encode(items, parameters)
-        logits = self.infer(batch, clock)[0].astype(np.float32, copy=False)
+        return _Request(self.encode(items, parameters), items, keep=keep, threshold=float(threshold), strategy=strategy)
+
+    def postprocess(self, prepared: _Request, graph: list[np.ndarray], wanted: set[str]) -> dict[str, np.ndarray]:
+        """Per text, its entities as a JSON array (see the module docstring)."""
+        logits = graph[0].astype(np.float32, copy=False)
         shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
         probabilities = shifted / shifted.sum(axis=-1, keepdims=True)
-        entities = np.empty(len(items), dtype=object)
-        for i, (text, encoding) in enumerate(zip(items, batch.encodings, strict=True)):
-            units = _units(encoding, probabilities[i], strategy)
-            found = self._spans(text, units, float(threshold), merge=strategy != "none")
-            if keep is not None:
-                found = [e for e in found if e["label"].lower() in keep]
+        entities = np.empty(len(prepared.items), dtype=object)
+        for i, (text, encoding) in enumerate(zip(prepared.items, prepared.batch.encodings, strict=True)):
+            units = _units(encoding, probabilities[i], prepared.strategy)
+            found = self._spans(text, units, prepared.threshold, merge=prepared.strategy != "none")
+            if prepared.keep is not None:
+                found = [e for e in found if e["label"].lower() in prepared.keep]
             entities[i] = json.dumps(found).encode()
-        return {"entities": entities}, batch.tokens
+        return {"entities": entities}
 
     def _spans(self, text: str, units: list[_Unit], threshold: float, merge: bool) -> list[dict[str, Any]]:
         spans: list[dict[str, Any]] = []
@@ -136,6 +152,5 @@ def _units(encoding: Encoding, probabilities: np.ndarray, strategy: str) -> list
     return units
 
 
-def open_model(model_dir: Path, version: int, config: mc.ModelConfig) -> ExtractionAdapter:
-    """The ``text_extraction`` backend's opener (entry point)."""
-    return ExtractionAdapter(model_dir, version, config)
+# the ``text_extraction`` backend (entry point)
+BACKEND = Backend(ExtractionAdapter, offers=(OutputKind.ENTITIES,))

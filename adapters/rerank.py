@@ -15,16 +15,16 @@ from pathlib import Path
 
 import numpy as np
 
-from adapters.base import Clock, TextAdapter, string_parameter, text_input, texts, with_instruction
+from adapters.base import Prepared, TextAdapter
+from adapters.inputs import string_parameter, texts, with_instruction
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import Parameter
-from kserve_v2.datatypes import BY_V2
-from kserve_v2.runtime.onnx import OnnxTensor
+from kserve_v2.backend import Backend, Parameter
+from kserve_v2.text import InputKind, OutputKind, TextInput, TextOutput
 
 ACTIVATIONS = ("sigmoid", "none")
 
 
-class RerankAdapter(TextAdapter):
+class RerankAdapter(TextAdapter[Prepared]):
     """A cross-encoder (an ``Executable``; see the module docstring)."""
 
     def __init__(self, model_dir: Path, version: int, config: mc.ModelConfig) -> None:
@@ -35,21 +35,33 @@ class RerankAdapter(TextAdapter):
         self._activation = self.parameters.get("activation") or "sigmoid"
         if self._activation not in ACTIVATIONS:
             raise ValueError(f"activation '{self._activation}' is not one of {list(ACTIVATIONS)}")
-        self.inputs = (text_input("query", shape=(1,)), text_input("text"))
-        self.outputs = (OnnxTensor("scores", BY_V2["FP32"], (-1,)),)
+        self.declare((TextInput(InputKind.QUERY), TextInput(InputKind.TEXT)),
+                     (TextOutput(OutputKind.SCORE, "float32", 0, "scores"),))
 
-    def compute(self, feeds: dict[str, np.ndarray], wanted: set[str], parameters: Mapping[str, Parameter],
-                clock: Clock) -> tuple[dict[str, np.ndarray], int]:
+    def preprocess(self, feeds: dict[str, np.ndarray], parameters: Mapping[str, Parameter]) -> Prepared:
+        """(query, text) pairs tokenized, the instruction prefixing the query."""
         query = with_instruction(string_parameter(parameters, "instruction", ""), texts(feeds, "query")[0])
-        batch = self.encode([(query, text) for text in texts(feeds, "text")], parameters)
-        logits = self.infer(batch, clock)[0].astype(np.float32, copy=False)
-        if logits.ndim == 2 and logits.shape[1] == 2:
-            logits = logits[:, 1] - logits[:, 0]  # softmax's second class = sigmoid of the difference
-        logits = logits.reshape(len(logits))
-        scores = 1 / (1 + np.exp(-logits)) if self._activation == "sigmoid" else logits
-        return {"scores": scores.astype(np.float32)}, batch.tokens
+        items = texts(feeds, "text")
+        return Prepared(self.encode([(query, text) for text in items], parameters), items)
+
+    def postprocess(self, prepared: Prepared, graph: list[np.ndarray], wanted: set[str]) -> dict[str, np.ndarray]:
+        """One relevance score per pair (see the module docstring)."""
+        return {"scores": relevance(graph[0], self._activation)}
 
 
-def open_model(model_dir: Path, version: int, config: mc.ModelConfig) -> RerankAdapter:
-    """The ``text_rerank`` backend's opener (entry point)."""
-    return RerankAdapter(model_dir, version, config)
+def relevance(logits: np.ndarray, activation: str) -> np.ndarray:
+    """Scores float32 [items] from logits [items], [items, 1] or [items, 2] (irrelevant, relevant).
+
+    ``sigmoid`` of the relevant logit (a two-class softmax's second class is the sigmoid of the
+    logits' difference); ``none``: the raw logit.
+    """
+    logits = logits.astype(np.float32, copy=False)
+    if logits.ndim == 2 and logits.shape[1] == 2:
+        logits = logits[:, 1] - logits[:, 0]
+    logits = logits.reshape(len(logits))
+    scores = 1 / (1 + np.exp(-logits)) if activation == "sigmoid" else logits
+    return scores.astype(np.float32)
+
+
+# the ``text_rerank`` backend (entry point)
+BACKEND = Backend(RerankAdapter, offers=(OutputKind.SCORE,))

@@ -19,17 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from adapters.base import Clock, TextAdapter, text_input
+from adapters.base import Prepared, TextAdapter
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import Parameter
-from kserve_v2.datatypes import BY_V2
-from kserve_v2.runtime.onnx import OnnxTensor
+from kserve_v2.backend import Backend, Parameter
+from kserve_v2.text import InputKind, OutputKind, TextInput, TextOutput
 
 
-class SparseAdapter(TextAdapter):
+class SparseAdapter(TextAdapter[Prepared]):
     """A SPLADE model (an ``Executable``; see the module docstring)."""
-
-    ragged = {"sparse_indices": "sparse_lengths", "sparse_values": "sparse_lengths"}
 
     def __init__(self, model_dir: Path, version: int, config: mc.ModelConfig) -> None:
         super().__init__(model_dir, version, config)
@@ -38,28 +35,30 @@ class SparseAdapter(TextAdapter):
             raise ValueError(f"output '{graph.name}' must be [batch, vocab] or [batch, tokens, vocab] with a fixed vocab")
         self._logits = len(graph.shape) == 3
         config.parameters["vocab_size"].string_value = str(graph.shape[-1])
-        self.inputs = (text_input("text"), text_input("query", optional=True, shape=(1,)))
-        self.outputs = (OnnxTensor("sparse_indices", BY_V2["INT64"], (-1,)),
-                        OnnxTensor("sparse_values", BY_V2["FP32"], (-1,)),
-                        OnnxTensor("sparse_lengths", BY_V2["INT64"], (-1,)),
-                        OnnxTensor("scores", BY_V2["FP32"], (-1,)))
+        self.declare((TextInput(InputKind.TEXT), TextInput(InputKind.QUERY, optional=True)),
+                     (TextOutput(OutputKind.SPARSE, "float32", graph.shape[-1], "sparse_values",
+                                 lengths="sparse_lengths", indices="sparse_indices"),
+                      TextOutput(OutputKind.SCORE, "float32", 0, "scores")))
 
-    def compute(self, feeds: dict[str, np.ndarray], wanted: set[str], parameters: Mapping[str, Parameter],
-                clock: Clock) -> tuple[dict[str, np.ndarray], int]:
-        batch, has_query = self.encode_with_query(feeds, parameters)
-        weights = self.infer(batch, clock)[0]
+    def preprocess(self, feeds: dict[str, np.ndarray], parameters: Mapping[str, Parameter]) -> Prepared:
+        """The texts (and the query, last) tokenized, the instruction applied."""
+        return self.encode_with_query(feeds, parameters)
+
+    def postprocess(self, prepared: Prepared, graph: list[np.ndarray], wanted: set[str]) -> dict[str, np.ndarray]:
+        """The non-zero vocabulary weights of each text, and its dot product with the query."""
+        weights = graph[0]
         if self._logits:
-            weights = splade_pool(weights, batch.feeds["attention_mask"])
+            weights = splade_pool(weights, prepared.batch.feeds["attention_mask"])
         weights = weights.astype(np.float32, copy=False)
         out: dict[str, np.ndarray] = {"scores": np.zeros(0, dtype=np.float32)}
-        if has_query:
+        if prepared.has_query:
             out["scores"] = (weights[:-1] @ weights[-1]).astype(np.float32)
             weights = weights[:-1]
         rows, columns = np.nonzero(weights)
         out["sparse_indices"] = columns.astype(np.int64)
         out["sparse_values"] = weights[rows, columns]
         out["sparse_lengths"] = np.bincount(rows, minlength=len(weights)).astype(np.int64)
-        return out, batch.tokens
+        return out
 
 
 def splade_pool(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -75,6 +74,5 @@ def splade_pool(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return (np.log1p(np.maximum(logits, 0)) * mask[..., None].astype(np.float32)).max(axis=1)
 
 
-def open_model(model_dir: Path, version: int, config: mc.ModelConfig) -> SparseAdapter:
-    """The ``text_sparse`` backend's opener (entry point)."""
-    return SparseAdapter(model_dir, version, config)
+# the ``text_sparse`` backend (entry point)
+BACKEND = Backend(SparseAdapter, offers=(OutputKind.SPARSE, OutputKind.SCORE))

@@ -3,7 +3,7 @@
 A model's ``config.pbtxt`` names its backend (Triton's ``backend`` field). ``onnxruntime`` is
 built in: the graph's tensors are the model's V2 interface. Other backends (the text adapters in
 ``adapters/``) are found through the ``kserve_v2.backends`` entry-point group, so the core never
-imports them; each entry point is an ``Opener``.
+imports them; each entry point names a ``Backend`` (its opener, and what its models offer).
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import numpy as np
 
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.runtime.onnx import OnnxSession, OnnxTensor, open_session
+from kserve_v2.text import OutputKind, TextContract
 
 ONNXRUNTIME = "onnxruntime"
 ENTRY_POINT_GROUP = "kserve_v2.backends"
@@ -56,6 +57,9 @@ class Executable(Protocol):
             auto-complete and validate ``config.pbtxt``.
         on_cuda: whether it runs on the CUDA execution provider.
         batchable: whether auto-complete may turn on batching (``max_batch_size``).
+        batching: how the dynamic batcher merges its requests; None: tensor batching, rows along
+            dim 0 (``max_batch_size > 0``; ``model.RowBatching``).
+        text: what it takes and gives as a text model (``kserve_v2.text``); None for a tensor model.
     """
 
     inputs: tuple[OnnxTensor, ...]
@@ -63,28 +67,43 @@ class Executable(Protocol):
     on_cuda: bool
     batchable: bool
 
+    @property
+    def batching(self) -> BatchStrategy | None: ...
+
+    @property
+    def text(self) -> TextContract | None: ...
+
     def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                 parameters: Mapping[str, Parameter]) -> Execution:
         """Run one request (blocking, off the event loop); errors are ``ServerError``s or ORT's."""
         ...
 
 
-@runtime_checkable
-class BatchesTexts(Protocol):
-    """An Executable whose requests the dynamic batcher may merge at the text level (max_batch_size 0)."""
+class BatchStrategy(Protocol):
+    """How the dynamic batcher merges one executable's requests (Triton's ``dynamic_batching``).
 
-    def batch_key(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                  parameters: Mapping[str, Parameter]) -> Hashable:
-        """Requests with equal keys may share a batch."""
+    Attributes:
+        inline: whether a merged batch may run on the event loop when it is cheap (``ModelVersion.runs_inline``).
+    """
+
+    inline: bool
+
+    def limit(self, config: mc.ModelConfig) -> int:
+        """The most items one merged batch holds under ``config``; 0: requests are never merged."""
         ...
 
-    def batch_items(self, feeds: dict[str, np.ndarray]) -> int:
-        """A request's size in the batch limit (its number of texts)."""
+    def items(self, feeds: dict[str, np.ndarray], batch_size: int) -> int:
+        """A request's size in that limit (``batch_size``: its V2 batch size)."""
+        ...
+
+    def key(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+            parameters: Mapping[str, Parameter]) -> Hashable:
+        """Requests with equal keys may share a batch."""
         ...
 
     def execute_batch(self, members: list[dict[str, np.ndarray]], output_names: Sequence[str],
                       parameters: Mapping[str, Parameter]) -> list[Execution | Exception]:
-        """Run several requests as one batch; one execution, or the member's own error, per member."""
+        """Run several requests as one execution (blocking); one execution, or the member's own error, per member."""
         ...
 
 
@@ -92,10 +111,26 @@ class BatchesTexts(Protocol):
 Opener = Callable[[Path, int, mc.ModelConfig], Executable]
 
 
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """A backend as the registry knows it, before any model is opened (the object an entry point names).
+
+    Attributes:
+        open: opens one version of a model.
+        offers: the output kinds its models give as text models (empty for a tensor backend),
+            listed for models that are not loaded.
+    """
+
+    open: Opener
+    offers: tuple[OutputKind, ...] = ()
+
+
 class OnnxModel:
     """The built-in backend: an ONNX graph whose tensors are the V2 interface."""
 
     batchable = True
+    batching: BatchStrategy | None = None
+    text: TextContract | None = None
 
     def __init__(self, session: OnnxSession) -> None:
         self._session = session
@@ -140,12 +175,22 @@ def confined_file(model_dir: Path, relative: Path, where: str, name: str) -> Pat
     return path
 
 
-def find(name: str) -> Opener | None:
-    """The opener of backend ``name``: built in, or from an installed entry point; None if unknown."""
+ONNX_BACKEND = Backend(open_onnx)
+
+
+def find(name: str) -> Backend | None:
+    """Backend ``name``: built in, or an installed entry point's ``Backend``; None if unknown.
+
+    Raises:
+        TypeError: the entry point names something that is not a ``Backend``.
+    """
     if name == ONNXRUNTIME:
-        return open_onnx
+        return ONNX_BACKEND
     for entry in entry_points(group=ENTRY_POINT_GROUP, name=name):
-        return entry.load()
+        found = entry.load()
+        if not isinstance(found, Backend):
+            raise TypeError(f"entry point '{name}' of {ENTRY_POINT_GROUP} must name a kserve_v2.backend.Backend")
+        return found
     return None
 
 

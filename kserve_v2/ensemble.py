@@ -25,7 +25,7 @@ import numpy as np
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import Execution, Parameter
+from kserve_v2.backend import BatchStrategy, Execution, Parameter
 from kserve_v2 import datatypes
 from kserve_v2.datatypes import DType
 from kserve_v2.errors import InternalError, InvalidInput
@@ -33,6 +33,7 @@ from kserve_v2.model import ModelVersion
 from kserve_v2.runtime.onnx import OnnxTensor
 from kserve_v2.spec import ModelSpec, TensorSpec
 from kserve_v2.tensors import from_raw, to_raw
+from kserve_v2.text import TextContract
 
 PLATFORM = "ensemble"
 # the one inference call of the server: a request in, its response out
@@ -252,6 +253,8 @@ class _NoBackend:
     outputs: tuple[OnnxTensor, ...] = ()
     on_cuda = False
     batchable = False
+    batching: BatchStrategy | None = None
+    text: TextContract | None = None
 
     def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                 parameters: Mapping[str, Parameter]) -> Execution:

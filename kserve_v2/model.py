@@ -4,37 +4,37 @@ Executions run on a thread pool sized by the instance group count, so ORT never 
 event loop for long and at most ``count`` executions of a version run at once. An execution whose
 inputs are small and whose version has been measured to take microseconds runs on the event loop
 itself: handing it to a thread and back costs more than the work (two thread wake-ups and a loop
-wake-up per request). With ``dynamic_batching``
-(and ``max_batch_size > 0``, or a text backend) requests go through the version's
-``DynamicBatcher`` first; with ``sequence_batching``, through its ``SequenceBatcher``.
+wake-up per request). With ``dynamic_batching`` requests go through the version's
+``DynamicBatcher`` first, merged as the backend's ``BatchStrategy`` says (rows along dim 0 with
+``max_batch_size > 0``, or a text backend's texts); with ``sequence_batching``, through its
+``SequenceBatcher``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import numpy as np
 
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import BatchesTexts, Executable, Execution, Parameter
-from kserve_v2.batching import DynamicBatcher, merge_rows, split_rows
+from kserve_v2.backend import BatchStrategy, Executable, Execution, Parameter
+from kserve_v2.batching import DynamicBatcher, merge_rows, row_key, split_rows
 from kserve_v2.cancellation import Cancellation, running
 from kserve_v2.sequence import SequenceBatcher
 from kserve_v2.sequence_config import SequenceSettings
 from kserve_v2.spec import ModelSpec
 from kserve_v2.statistics import ModelStats
+from kserve_v2.text import TextContract
 
 T = TypeVar("T")
 # Work measured under this (moving average of its thread CPU time, ns) with inputs under INLINE_BYTES runs on the loop.
 INLINE_NS = 100_000
 INLINE_BYTES = 64 * 1024
 _UNMEASURED = float("inf")
-# texts in one merged batch of a text model, unless preferred_batch_size says otherwise
-TEXT_BATCH_ITEMS = 64
 
 
 class ModelVersion:
@@ -66,15 +66,11 @@ class ModelVersion:
         self._cost_ns = _UNMEASURED  # moving average of an execution's duration
         self._executor = ThreadPoolExecutor(max_workers=instances, thread_name_prefix=f"ort-{name}-{version}")
         self._batcher: DynamicBatcher | SequenceBatcher | None = None
-        self._merges_texts = isinstance(executable, BatchesTexts)
-        if config.HasField("dynamic_batching") and (config.max_batch_size > 0 or self._merges_texts):
-            if self._merges_texts:
-                limit = max(config.dynamic_batching.preferred_batch_size, default=TEXT_BATCH_ITEMS)
-                key = executable.batch_key  # type: ignore[attr-defined]
-            else:
-                limit, key = config.max_batch_size, None
-            self._batcher = DynamicBatcher(config.dynamic_batching, limit, instances, self._execute_batch, key,
-                                           None if self._merges_texts else self.runs_inline)
+        self._batching: BatchStrategy = executable.batching or RowBatching(executable)
+        limit = self._batching.limit(config) if config.HasField("dynamic_batching") else 0
+        if limit > 0:
+            self._batcher = DynamicBatcher(config.dynamic_batching, limit, instances, self._execute_batch,
+                                           self._batching.key, self.runs_inline if self._batching.inline else None)
         if sequence is not None:
             self._batcher = SequenceBatcher(sequence, instances, self._execute_batch)
 
@@ -96,8 +92,7 @@ class ModelVersion:
             Overloaded / Unavailable: the batcher's queue is full, or its timeout expired.
         """
         if self._batcher is not None:
-            if self._merges_texts:
-                batch_size = self._executable.batch_items(feeds)  # type: ignore[attr-defined]
+            batch_size = self._batching.items(feeds, batch_size)
             execution, queue_ns, run_ns = await self._batcher.submit(feeds, output_names, parameters, batch_size)
         else:
             submitted = time.perf_counter_ns()
@@ -107,22 +102,22 @@ class ModelVersion:
 
     async def _execute_batch(self, members: list[dict[str, np.ndarray]], output_names: Sequence[str],
                              parameters: Mapping[str, Parameter]) -> tuple[list[Execution | Exception], int, int]:
-        """One merged batch on an instance thread: text models merge their texts themselves,
-        tensor models along the batch dim."""
+        """One merged batch on an instance thread, merged as the backend's ``BatchStrategy`` says."""
 
         def execute() -> list[Execution | Exception]:
-            if self._merges_texts:
-                shares = self._executable.execute_batch(members, output_names, parameters)  # type: ignore[attr-defined]
-                sizes = [self._executable.batch_items(m) for m in members]  # type: ignore[attr-defined]
-            else:
-                sizes = [len(next(iter(m.values()))) for m in members]
-                shares = list(split_rows(self._executable.execute(merge_rows(members), output_names, parameters), sizes))
+            shares = self._batching.execute_batch(members, output_names, parameters)
+            size = sum(self._batching.items(m, len(next(iter(m.values())))) for m in members)
             for share in shares:  # statistics count the execution by its real batch size
                 if isinstance(share, Execution):
-                    share.batch_size = sum(sizes)
+                    share.batch_size = size
             return shares
 
         return await self._on_instance(execute, sum(a.nbytes for m in members for a in m.values()))
+
+    @property
+    def text(self) -> TextContract | None:
+        """The text contract of its backend (``kserve_v2.text``); None for a tensor model."""
+        return self._executable.text
 
     async def _execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                        parameters: Mapping[str, Parameter]) -> tuple[Execution, int, int]:
@@ -214,3 +209,32 @@ class ModelVersion:
         """Wait for running executions and release the backend (blocking)."""
         self._executor.shutdown(wait=True)
         del self._executable
+
+
+class RowBatching:
+    """Tensor batching: the requests' rows concatenated along dim 0, executed once, split back
+    (``max_batch_size > 0``; Triton's dynamic batcher). The strategy of every backend that names none."""
+
+    inline = True
+
+    def __init__(self, executable: Executable) -> None:
+        self._executable = executable
+
+    def limit(self, config: mc.ModelConfig) -> int:
+        """``max_batch_size`` rows (0: no batching)."""
+        return config.max_batch_size
+
+    def items(self, feeds: dict[str, np.ndarray], batch_size: int) -> int:
+        """The request's rows."""
+        return batch_size
+
+    def key(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+            parameters: Mapping[str, Parameter]) -> Hashable:
+        """Same outputs, parameters and non-batch input shapes (``batching.row_key``)."""
+        return row_key(feeds, output_names, parameters)
+
+    def execute_batch(self, members: list[dict[str, np.ndarray]], output_names: Sequence[str],
+                      parameters: Mapping[str, Parameter]) -> list[Execution | Exception]:
+        """Merge the rows, execute once, and give each member its own rows back."""
+        sizes = [len(next(iter(m.values()))) for m in members]
+        return list(split_rows(self._executable.execute(merge_rows(members), output_names, parameters), sizes))

@@ -12,11 +12,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kserve_v2 import __version__
+from kserve_v2 import __version__, backend
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.budget import MemoryBudget, request_cost
-from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, NotFound, ServerError, Unavailable
+from kserve_v2.datatypes import BYTES
+from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, NotFound, NotLoaded, ServerError, Unavailable
 from kserve_v2.inference import Buffer, decode_request, encode_response
 from kserve_v2.log_settings import LogSettings
 from kserve_v2.metrics import ENDPOINT, InferenceMetrics
@@ -26,6 +27,8 @@ from kserve_v2.repository.manager import ModelManager
 from kserve_v2.repository.overrides import parse_load_parameters
 from kserve_v2.settings import Settings
 from kserve_v2.shared_memory import SharedMemoryRegistry
+from kserve_v2.tensors import pack_bytes
+from kserve_v2.text import NOT_TEXT, TextCall, TextContract, TextModelInfo
 from kserve_v2.tracing import Tracing
 
 # Extensions this server implements (Triton's names, ServerMetadata.extensions).
@@ -262,6 +265,90 @@ class InferenceService:
             self._metrics.succeeded(model.name, version, endpoint, decoded.batch_size, execution.executions,
                                     execution.tokens, *phases)
         return response, timing
+
+    # ---- text models: the semantic routes' calls (``kserve_v2.text``) ---------------------
+
+    def text_models(self) -> list[TextModelInfo]:
+        """Every text model of the repository, loaded or not, by name."""
+        names = dict.fromkeys(row.name for row in self._manager.index(False))
+        return [info for info in map(self._text_info, names) if info is not None]
+
+    def text_model(self, name: str) -> TextModelInfo | None:
+        """The model named ``name`` (its repository name or its ``alias``), loaded or not, as a
+        text model; None when it is not one.
+
+        Raises:
+            NotFound: no such model -> NOT_FOUND / 404.
+        """
+        return self._text_info(self._text_name(name))
+
+    async def text_infer(self, name: str, call: TextCall, carrier: Mapping[str, str] | None = None,
+                         endpoint: str = ENDPOINT) -> tuple[dict[str, np.ndarray], RequestReport]:
+        """One execution of a text model, planned by the route from the model's contract: the name
+        resolved (``call.resolved``), the contract of its READY version read, the request built
+        (``call.plan``) and run as ``model_infer_reported`` runs a V2 request.
+
+        Returns:
+            (V2 output name -> array, for the requested outputs; the report).
+
+        Raises:
+            NotFound: no model by that name or alias -> NOT_FOUND / 404.
+            NotLoaded: no READY version -> UNAVAILABLE / 503 (SIE's MODEL_NOT_LOADED).
+            Whatever ``call.plan`` and ``model_infer_reported`` raise.
+        """
+        resolved = self._text_name(name)
+        call.resolved(resolved)
+        try:
+            contract = self._manager.resolve(resolved, "").text or NOT_TEXT
+        except NotFound as err:
+            raise NotLoaded(f"Model '{resolved}' is not loaded: {err}") from None
+        planned = call.plan(resolved, contract)
+        message = pb.ModelInferRequest(model_name=resolved)
+        for kind, values in planned.texts.items():
+            message.inputs.add(name=kind.value, datatype=BYTES.v2, shape=[len(values)])
+            message.raw_input_contents.append(pack_bytes(np.array(values, dtype=object)))
+        for output in planned.outputs:
+            message.outputs.add(name=output)
+        for key, value in planned.parameters.items():
+            message.parameters[key].string_param = value
+        response, report = await self.model_infer_reported(message, carrier, endpoint, raw_outputs=False)
+        return {tensor.name: array for tensor, array in zip(response.outputs, report.outputs, strict=True)}, report
+
+    def _text_name(self, name: str) -> str:
+        """The repository name of ``name``: itself, or the model whose ``alias`` parameter it is.
+
+        Raises:
+            NotFound: "Model '<name>' not found" -> NOT_FOUND / 404.
+        """
+        if self._manager.knows(name) or self._manager.stored_config(name) is not None:
+            return name
+        for row in self._manager.index(False):
+            config = self._manager.stored_config(row.name)
+            if config is not None and "alias" in config.parameters and config.parameters["alias"].string_value == name:
+                return row.name
+        raise NotFound(f"Model '{name}' not found")
+
+    def _text_info(self, name: str) -> TextModelInfo | None:
+        """A repository model as a text model (None when it is not one): a READY version's contract,
+        else what its backend declares."""
+        config = self._manager.stored_config(name)
+        try:
+            contract: TextContract | None = self._manager.resolve(name, "").text or NOT_TEXT
+        except ServerError:
+            contract = None
+        if contract is not None:
+            kinds = tuple(contract.kinds())
+        elif config is not None and (found := backend.find(config.backend)) is not None:
+            kinds = found.offers
+        else:
+            return None
+        if not kinds:
+            return None
+        parameters = config.parameters if config is not None else {}
+        aliases = (parameters["alias"].string_value,) if "alias" in parameters else ()
+        length = (contract.max_sequence_length if contract is not None else
+                  int(parameters["max_sequence_length"].string_value or 0) if "max_sequence_length" in parameters else 0)
+        return TextModelInfo(name, aliases, kinds, contract, length)
 
     # ---- model repository ----------------------------------------------------------------
 

@@ -12,7 +12,8 @@ fields beside its ModelInfo. Where they collide, OpenAI wins: these routes answe
 SDK decodes them); ``dimensions`` keeps the first N components and re-normalises them (rejected
 above the model's width); ``user`` is accepted; ``usage`` counts the model tokenizer's tokens;
 an input over the model's ``max_sequence_length`` is refused with OpenAI's
-``context_length_exceeded`` (400). Each request is one V2 request through ``TextModels.infer``.
+``context_length_exceeded`` (400). Each request is one service call, ``InferenceService.text_infer``,
+planned from the model's contract (``kserve_v2.text``).
 """
 
 from __future__ import annotations
@@ -30,83 +31,104 @@ from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import NotFound
 from kserve_v2.service import InferenceService
 from kserve_v2.settings import TOKEN_ID_MODES
+from kserve_v2.text import InputKind, OutputKind, TextContract
 from transcoding import sie_schema
+from transcoding.http_routes import guarded
 from transcoding.openai_codec import InvalidField, error_response, render
-from transcoding.sie import TextModels
 from transcoding.sie_codec import read_request
-from transcoding.timing import response_headers, timing_body, trace_id
+from transcoding.text_calls import Call, model_info
+from transcoding.timing import semantic_timing, trace_id
 from transcoding.token_ids import decode_cl100k, input_items
 
 
-def openai_routes(service: InferenceService, max_bytes: int, token_ids: str = "tiktoken") -> list[Route]:
-    """The ``/v1/embeddings``, ``/v1/models`` and ``/v1/models/{id}`` routes.
+def openai_error(request: Request, err: Exception) -> Response:
+    """OpenAI's error envelope, with ``X-Trace-ID``."""
+    return error_response(request, err, {"X-Trace-ID": trace_id(request.headers)})
+
+
+class OpenAiRoutes:
+    """The handlers of OpenAI's routes on one service.
 
     Args:
+        service: the one request path.
+        max_bytes: the largest request body (413 above it).
         token_ids: how token-id ``input`` is read: ``tiktoken`` (cl100k_base ids) or ``model``
             (the model tokenizer's ids); see ``transcoding.token_ids``.
     """
-    if token_ids not in TOKEN_ID_MODES:
-        raise ValueError(f"token_ids must be one of {TOKEN_ID_MODES}, got '{token_ids}'")
-    models = TextModels(service)
-    started = int(time.time())
 
-    def card(info: dict[str, Any]) -> dict[str, Any]:
-        """OpenAI's Model object: ``created`` is when the server started, ``owned_by`` its name."""
-        owner = service.server_metadata(pb.ServerMetadataRequest()).name
-        return {"id": info["name"], "object": "model", "created": started, "owned_by": owner}
+    def __init__(self, service: InferenceService, max_bytes: int, token_ids: str) -> None:
+        if token_ids not in TOKEN_ID_MODES:
+            raise ValueError(f"token_ids must be one of {TOKEN_ID_MODES}, got '{token_ids}'")
+        self.service = service
+        self.max_bytes = max_bytes
+        self.token_ids = token_ids
+        self.started = int(time.time())
 
-    async def embeddings(request: Request) -> Response:
+    def routes(self) -> list[Route]:
+        """``/v1/embeddings``, ``/v1/models`` and ``/v1/models/{id}``."""
+        return [Route("/v1/embeddings", guarded(self.embeddings, openai_error), methods=["POST"]),
+                Route("/v1/models", guarded(self.list_models, openai_error), methods=["GET"]),
+                Route("/v1/models/{model:path}", guarded(self.one_model, openai_error), methods=["GET"])]
+
+    async def embeddings(self, request: Request) -> Response:
+        """``POST /v1/embeddings``: one dense vector per input (see the module docstring)."""
         received = time.perf_counter_ns()
-        try:
-            body = await read_request(request, sie_schema.EMBEDDINGS, max_bytes)
-            name = request.state.model = models.resolve(body["model"])
-            metadata = models.require(name, "dense")
-            width = next(int(o.shape[-1]) for o in metadata.outputs if o.name == "dense")
-            dimensions = body.get("dimensions", width)
-            if dimensions > width:
+        body = await read_request(request, sie_schema.EMBEDDINGS, self.max_bytes)
+        call = Call(request, {}, [(OutputKind.DENSE, "float32")], {"overflow_policy": "error"})
+
+        def dimensions_and_input(name: str, contract: TextContract) -> None:
+            width = contract.width(OutputKind.DENSE)
+            if body.get("dimensions", width) > width:
                 raise InvalidField(f"model '{name}' gives {width}-dimensional embeddings; it cannot give "
-                                   f"dimensions={dimensions}", "dimensions")
+                                   f"dimensions={body['dimensions']}", "dimensions")
             items, are_ids = input_items(body["input"])
-            parameters = {"overflow_policy": "error"}
-            if are_ids and token_ids == "tiktoken":
+            if are_ids and self.token_ids == "tiktoken":
                 items = decode_cl100k(items)
             elif are_ids:
-                parameters["token_ids"] = "model"
-            arrays, report = await models.infer(request, "embeddings", name, {"text": items}, ["dense"], parameters)
-            vectors = arrays["dense"].astype("<f4", copy=False)
-            if dimensions < width:
-                vectors = vectors[:, :dimensions]
-                vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-            as_base64 = body.get("encoding_format", "float") == "base64"
-            data = [{"object": "embedding", "index": i,
-                     "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode() if as_base64 else v.tolist()}
-                    for i, v in enumerate(vectors)]
-            total = time.perf_counter_ns() - received
-            content = {"object": "list", "model": body["model"], "data": data,
-                       "usage": {"prompt_tokens": report.tokens, "total_tokens": report.tokens},
-                       "timing": timing_body(report, total)}
-            return render(request, content, headers=response_headers(request.headers, report, total))
-        except Exception as err:  # noqa: BLE001 - every failure becomes OpenAI's envelope
-            return error_response(request, err, {"X-Trace-ID": trace_id(request.headers)})
+                call.parameters["token_ids"] = "model"
+            call.texts[InputKind.TEXT] = items
 
-    async def list_models(request: Request) -> Response:
-        try:
-            infos = [info for info in (models.info(name) for name in models.names()) if info is not None]
-            content = {"object": "list", "data": [card(info) for info in infos], "models": infos}
-            return render(request, content, headers={"X-Trace-ID": trace_id(request.headers)})
-        except Exception as err:  # noqa: BLE001
-            return error_response(request, err, {"X-Trace-ID": trace_id(request.headers)})
+        call.check = dimensions_and_input
+        arrays, report = await self.service.text_infer(body["model"], call, dict(request.headers), "embeddings")
+        dense = call.outputs[OutputKind.DENSE]
+        vectors = arrays[dense.values].astype("<f4", copy=False)
+        dimensions = body.get("dimensions", dense.width)
+        if dimensions < dense.width:
+            vectors = vectors[:, :dimensions]
+            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        as_base64 = body.get("encoding_format", "float") == "base64"
+        data = [{"object": "embedding", "index": i,
+                 "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode() if as_base64 else v.tolist()}
+                for i, v in enumerate(vectors)]
+        content: dict[str, Any] = {"object": "list", "model": body["model"], "data": data,
+                                   "usage": {"prompt_tokens": report.tokens, "total_tokens": report.tokens}}
+        content["timing"], headers = semantic_timing(request.headers, report, received)
+        return render(request, content, headers=headers)
 
-    async def one_model(request: Request) -> Response:
-        try:
-            name = request.state.model = models.resolve(request.path_params["model"])
-            info = models.info(name)
-            if info is None:
-                raise NotFound(f"Model '{name}' is not a text model (it has no BYTES 'text' input)")
-            return render(request, {**card(info), **info}, headers={"X-Trace-ID": trace_id(request.headers)})
-        except Exception as err:  # noqa: BLE001
-            return error_response(request, err, {"X-Trace-ID": trace_id(request.headers)})
+    async def list_models(self, request: Request) -> Response:
+        """``GET /v1/models``: every text model, loaded or not, in both OpenAI's and SIE's shapes."""
+        infos = [model_info(info) for info in self.service.text_models()]
+        owner = self._owner()
+        content = {"object": "list", "data": [self._card(info, owner) for info in infos], "models": infos}
+        return render(request, content, headers={"X-Trace-ID": trace_id(request.headers)})
 
-    return [Route("/v1/embeddings", embeddings, methods=["POST"]),
-            Route("/v1/models", list_models, methods=["GET"]),
-            Route("/v1/models/{model:path}", one_model, methods=["GET"])]
+    async def one_model(self, request: Request) -> Response:
+        """``GET /v1/models/{id}``: one text model's OpenAI fields beside its ModelInfo."""
+        found = self.service.text_model(request.path_params["model"])
+        if found is None:
+            raise NotFound(f"Model '{request.path_params['model']}' is not a text model (it has no BYTES 'text' input)")
+        request.state.model = found.name
+        info = model_info(found)
+        return render(request, {**self._card(info, self._owner()), **info}, headers={"X-Trace-ID": trace_id(request.headers)})
+
+    def _owner(self) -> str:
+        return self.service.server_metadata(pb.ServerMetadataRequest()).name
+
+    def _card(self, info: dict[str, Any], owner: str) -> dict[str, Any]:
+        """OpenAI's Model object: ``created`` is when the server started, ``owned_by`` its name."""
+        return {"id": info["name"], "object": "model", "created": self.started, "owned_by": owner}
+
+
+def openai_routes(service: InferenceService, max_bytes: int, token_ids: str = "tiktoken") -> list[Route]:
+    """The ``/v1/embeddings``, ``/v1/models`` and ``/v1/models/{id}`` routes (see ``OpenAiRoutes``)."""
+    return OpenAiRoutes(service, max_bytes, token_ids).routes()

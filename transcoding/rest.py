@@ -11,7 +11,7 @@ import base64
 import binascii
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -25,7 +25,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -36,6 +36,7 @@ from kserve_v2.service import InferenceService
 from kserve_v2.status import StatusReporter
 from transcoding.http_body import compressed, read_body
 from transcoding.http_metrics import HttpMetrics, HttpMetricsMiddleware
+from transcoding.http_routes import Handler, guarded
 from transcoding.http_status import error_response
 from transcoding.json_pb import message_to_json
 from transcoding.json_tensors import (HttpInfer, load_json, parse_detached, parse_infer_request, raw_binary_request,
@@ -61,80 +62,95 @@ DOCS_PAGE = """<!doctype html>
 <script>window.ui = SwaggerUIBundle({url: "/api-doc/openapi.json", dom_id: "#swagger-ui"});</script>
 </body></html>
 """
-Handler = Callable[[Request], Awaitable[Response]]
 
 
-def build_app(service: InferenceService, max_input_bytes: int, registry: CollectorRegistry | None = None,
-              reporter: StatusReporter | None = None, token_ids: str = "tiktoken",
-              cors_origins: Sequence[str] = ()) -> ASGIApp:
-    """The ASGI application of every V2 route.
+class V2Routes:
+    """The handlers of the V2 REST routes (KServe's Open Inference Protocol, REST, and Triton's
+    extensions) on one service: each parses HTTP into the protobuf request, calls the
+    ``InferenceService`` method gRPC calls, and renders its answer as JSON. Errors are V2's
+    ``{"error"}`` envelope (``v2_error``).
 
     Args:
         service: the one request path.
         max_input_bytes: largest request body, after decompression (413 above it).
-        registry: the Prometheus registry to serve at /metrics and to record HTTP metrics in;
-            None when metrics are off.
-        reporter: the status object for /ws/status and the /status page (None: neither route).
-        token_ids: how /v1/embeddings reads token-id input (``transcoding.token_ids``).
-        cors_origins: origins allowed to call from a browser (Fetch standard CORS, answered by
-            Starlette's ``CORSMiddleware``; ``*`` any); empty: no CORS headers and preflights get 405.
     """
 
-    def route(handler: Callable[[Request], Awaitable[Response]]) -> Handler:
-        async def endpoint(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except Exception as err:  # noqa: BLE001 - every failure becomes a status and {"error"}
-                return error_response(err)
-        return endpoint
+    def __init__(self, service: InferenceService, max_input_bytes: int) -> None:
+        self.service = service
+        self.max_input_bytes = max_input_bytes
 
-    def path(request: Request) -> tuple[str, str]:
-        return request.path_params["model"], request.path_params.get("version", "")
+    def routes(self) -> list[BaseRoute]:
+        """Health, metadata, config, statistics, infer, repository and system shared memory routes."""
+        def v2(handler: Handler) -> Handler:
+            return guarded(handler, v2_error)
 
-    async def live(_: Request) -> Response:
-        return _health({"live": service.server_live(pb.ServerLiveRequest()).live}, "live")
+        routes: list[BaseRoute] = [
+            Route("/", v2(self.live), methods=["GET"]),
+            Route("/v2", v2(self.server_metadata), methods=["GET"]),
+            Route("/v2/health/live", v2(self.live), methods=["GET"]),
+            Route("/v2/health/ready", v2(self.ready), methods=["GET"]),
+            Route("/v2/models/stats", v2(self.model_stats), methods=["GET"]),
+            Route("/v2/repository/index", v2(self.repository_index), methods=["POST"]),
+            Route("/v2/repository/models/{model}/load", v2(self.load), methods=["POST"]),
+            Route("/v2/repository/models/{model}/unload", v2(self.unload), methods=["POST"]),
+            Route("/v2/systemsharedmemory/status", v2(self.shm_status), methods=["GET"]),
+            Route("/v2/systemsharedmemory/region/{region}/status", v2(self.shm_status), methods=["GET"]),
+            Route("/v2/systemsharedmemory/region/{region}/register", v2(self.shm_register), methods=["POST"]),
+            Route("/v2/systemsharedmemory/unregister", v2(self.shm_unregister), methods=["POST"]),
+            Route("/v2/systemsharedmemory/region/{region}/unregister", v2(self.shm_unregister), methods=["POST"]),
+        ]
+        for prefix in ("/v2/models/{model}", "/v2/models/{model}/versions/{version}"):
+            routes += [
+                Route(prefix, v2(self.model_metadata), methods=["GET"]),
+                Route(prefix + "/ready", v2(self.model_ready), methods=["GET"]),
+                Route(prefix + "/config", v2(self.model_config), methods=["GET"]),
+                Route(prefix + "/stats", v2(self.model_stats), methods=["GET"]),
+                Route(prefix + "/infer", v2(self.infer), methods=["POST"]),
+            ]
+        return routes + extension_routes(self.service, self.max_input_bytes, v2)
 
-    async def ready(_: Request) -> Response:
-        return _health({"ready": service.server_ready(pb.ServerReadyRequest()).ready}, "ready")
+    async def live(self, _: Request) -> Response:
+        """``GET /v2/health/live`` (and ``/``)."""
+        return _health({"live": self.service.server_live(pb.ServerLiveRequest()).live}, "live")
 
-    async def server_metadata(_: Request) -> Response:
-        return JSONResponse(message_to_json(service.server_metadata(pb.ServerMetadataRequest())))
+    async def ready(self, _: Request) -> Response:
+        """``GET /v2/health/ready``."""
+        return _health({"ready": self.service.server_ready(pb.ServerReadyRequest()).ready}, "ready")
 
-    async def model_ready(request: Request) -> Response:
-        name, version = path(request)
-        is_ready = service.model_ready(pb.ModelReadyRequest(name=name, version=version)).ready
+    async def server_metadata(self, _: Request) -> Response:
+        """``GET /v2``."""
+        return JSONResponse(message_to_json(self.service.server_metadata(pb.ServerMetadataRequest())))
+
+    async def model_ready(self, request: Request) -> Response:
+        """``GET /v2/models/{model}[/versions/{version}]/ready``."""
+        name, version = _path(request)
+        is_ready = self.service.model_ready(pb.ModelReadyRequest(name=name, version=version)).ready
         return _health({"name": name, "ready": is_ready}, "ready")
 
-    async def model_metadata(request: Request) -> Response:
-        name, version = path(request)
-        return JSONResponse(message_to_json(service.model_metadata(pb.ModelMetadataRequest(name=name, version=version))))
+    async def model_metadata(self, request: Request) -> Response:
+        """``GET /v2/models/{model}[/versions/{version}]``."""
+        name, version = _path(request)
+        metadata = self.service.model_metadata(pb.ModelMetadataRequest(name=name, version=version))
+        return JSONResponse(message_to_json(metadata))
 
-    async def model_config(request: Request) -> Response:
-        name, version = path(request)
-        config = service.model_config(pb.ModelConfigRequest(name=name, version=version)).config
+    async def model_config(self, request: Request) -> Response:
+        """``GET /v2/models/{model}[/versions/{version}]/config``."""
+        name, version = _path(request)
+        config = self.service.model_config(pb.ModelConfigRequest(name=name, version=version)).config
         return JSONResponse(message_to_json(config))
 
-    async def model_stats(request: Request) -> Response:
+    async def model_stats(self, request: Request) -> Response:
+        """``GET /v2/models[/{model}[/versions/{version}]]/stats``."""
         name, version = request.path_params.get("model", ""), request.path_params.get("version", "")
-        stats = service.model_statistics(pb.ModelStatisticsRequest(name=name, version=version))
+        stats = self.service.model_statistics(pb.ModelStatisticsRequest(name=name, version=version))
         return JSONResponse(message_to_json(stats))
 
-    async def infer(request: Request) -> Response:
+    async def infer(self, request: Request) -> Response:
+        """``POST /v2/models/{model}[/versions/{version}]/infer``: JSON, or JSON with binary tensors."""
         received = time.perf_counter_ns()
-        name, version = path(request)
-        body = await read_body(request, max_input_bytes)
-        length = request.headers.get(HEADER_LENGTH)
-        header_length = _header_length(length)
-        if header_length == 0:
-            metadata = service.model_metadata(pb.ModelMetadataRequest(name=name, version=version))
-            parsed = raw_binary_request(body, name, version, metadata)
-        else:
-            json_bytes = len(body) if header_length is None else header_length
-            if is_heavy(json_bytes):  # the JSON parser holds the GIL throughout: a worker process
-                parsed = await in_process(True, parse_detached, body, header_length, name, version, max_input_bytes)
-            else:  # binary inputs stay views of the body: nothing heavy
-                parsed = parse_infer_request(body, header_length, name, version, max_input_bytes)
-        del body  # binary inputs are views of it (one copy); a JSON body's text is freed while the request runs
+        name, version = _path(request)
+        parsed = await self.parse_infer(request, name, version)
+        service = self.service
         carrier = dict(request.headers) if service.traces else None  # a W3C traceparent, read only when tracing
         response, report = await service.model_infer_reported(parsed.request, carrier, raw_inputs=parsed.raw,
                                                               raw_outputs=False)
@@ -155,51 +171,110 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         return await in_thread(bool(accept) and is_heavy(sum(map(len, content))), compressed, content, accept,
                                headers, media)
 
-    async def repository_index(request: Request) -> Response:
-        body = load_json(await read_body(request, max_input_bytes))
+    async def parse_infer(self, request: Request, name: str, version: str) -> HttpInfer:
+        """The infer body as a ``ModelInferRequest`` (binary inputs beside it as views of the body)."""
+        body = await read_body(request, self.max_input_bytes)
+        header_length = _header_length(request.headers.get(HEADER_LENGTH))
+        if header_length == 0:
+            metadata = self.service.model_metadata(pb.ModelMetadataRequest(name=name, version=version))
+            return raw_binary_request(body, name, version, metadata)
+        json_bytes = len(body) if header_length is None else header_length
+        if is_heavy(json_bytes):  # the JSON parser holds the GIL throughout: a worker process
+            return await in_process(True, parse_detached, body, header_length, name, version, self.max_input_bytes)
+        # binary inputs stay views of the body: nothing heavy; the JSON text is freed once parsed
+        return parse_infer_request(body, header_length, name, version, self.max_input_bytes)
+
+    async def repository_index(self, request: Request) -> Response:
+        """``POST /v2/repository/index``."""
+        body = load_json(await read_body(request, self.max_input_bytes))
         ready = bool(body.get("ready", False)) if isinstance(body, dict) else False
-        index = service.repository_index(pb.RepositoryIndexRequest(ready=ready))
+        index = self.service.repository_index(pb.RepositoryIndexRequest(ready=ready))
         rows = [{k: v for k, v in message_to_json(m).items() if v != "" or k == "name"} for m in index.models]
         return JSONResponse(rows)
 
-    async def repository_request(request: Request, message: Any) -> Any:
+    async def repository_request(self, request: Request, message: Any) -> Any:
         """The load or unload message for the path's model, with the body's parameters."""
         message.model_name = request.path_params["model"]
-        body = load_json(await read_body(request, max_input_bytes))
+        body = load_json(await read_body(request, self.max_input_bytes))
         for key, value in _repository_parameters(body).items():
             _repository_parameter(message.parameters[key], key, value)
         return message
 
-    async def load(request: Request) -> Response:
-        await service.repository_model_load(await repository_request(request, pb.RepositoryModelLoadRequest()))
+    async def load(self, request: Request) -> Response:
+        """``POST /v2/repository/models/{model}/load``."""
+        await self.service.repository_model_load(await self.repository_request(request, pb.RepositoryModelLoadRequest()))
         return JSONResponse({})
 
-    async def unload(request: Request) -> Response:
-        await service.repository_model_unload(await repository_request(request, pb.RepositoryModelUnloadRequest()))
+    async def unload(self, request: Request) -> Response:
+        """``POST /v2/repository/models/{model}/unload``."""
+        message = await self.repository_request(request, pb.RepositoryModelUnloadRequest())
+        await self.service.repository_model_unload(message)
         return JSONResponse({})
 
-    async def shm_status(request: Request) -> Response:
+    async def shm_status(self, request: Request) -> Response:
+        """``GET /v2/systemsharedmemory[/region/{region}]/status``."""
         name = request.path_params.get("region", "")
-        status = service.system_shared_memory_status(pb.SystemSharedMemoryStatusRequest(name=name))
+        status = self.service.system_shared_memory_status(pb.SystemSharedMemoryStatusRequest(name=name))
         return JSONResponse([message_to_json(region) for region in status.regions.values()])
 
-    async def shm_register(request: Request) -> Response:
-        body = load_json(await read_body(request, max_input_bytes))
+    async def shm_register(self, request: Request) -> Response:
+        """``POST /v2/systemsharedmemory/region/{region}/register``."""
+        body = load_json(await read_body(request, self.max_input_bytes))
         if not isinstance(body, dict) or not isinstance(body.get("key"), str) or not all(
                 isinstance(body.get(k, 0), int) and not isinstance(body.get(k, 0), bool) and 0 <= body.get(k, 0) < 2**64
                 for k in ("offset", "byte_size")):
             raise InvalidInput("the register body must be {\"key\": string, \"offset\": uint64, \"byte_size\": uint64}")
-        service.system_shared_memory_register(pb.SystemSharedMemoryRegisterRequest(
+        self.service.system_shared_memory_register(pb.SystemSharedMemoryRegisterRequest(
             name=request.path_params["region"], key=body["key"], offset=body.get("offset", 0),
             byte_size=body.get("byte_size", 0)))
         return JSONResponse({})
 
-    async def shm_unregister(request: Request) -> Response:
+    async def shm_unregister(self, request: Request) -> Response:
+        """``POST /v2/systemsharedmemory[/region/{region}]/unregister``."""
         name = request.path_params.get("region", "")
-        service.system_shared_memory_unregister(pb.SystemSharedMemoryUnregisterRequest(name=name))
+        self.service.system_shared_memory_unregister(pb.SystemSharedMemoryUnregisterRequest(name=name))
         return JSONResponse({})
 
-    document = openapi_document(metrics=registry is not None, status=reporter is not None)
+
+def v2_error(_: Request, err: Exception) -> Response:
+    """V2's error envelope ``{"error": ...}`` (``http_status``)."""
+    return error_response(err)
+
+
+def build_app(service: InferenceService, max_input_bytes: int, registry: CollectorRegistry | None = None,
+              reporter: StatusReporter | None = None, token_ids: str = "tiktoken",
+              cors_origins: Sequence[str] = ()) -> ASGIApp:
+    """The ASGI application of every HTTP route: V2 (``V2Routes``), SIE (``transcoding.sie``),
+    OpenAI (``transcoding.openai_embeddings``), docs, metrics and status.
+
+    Args:
+        service: the one request path.
+        max_input_bytes: largest request body, after decompression (413 above it).
+        registry: the Prometheus registry to serve at /metrics and to record HTTP metrics in;
+            None when metrics are off.
+        reporter: the status object for /ws/status and the /status page (None: neither route).
+        token_ids: how /v1/embeddings reads token-id input (``transcoding.token_ids``).
+        cors_origins: origins allowed to call from a browser (Fetch standard CORS, answered by
+            Starlette's ``CORSMiddleware``; ``*`` any); empty: no CORS headers and preflights get 405.
+    """
+    v2 = V2Routes(service, max_input_bytes)
+    routes = [*v2.routes(), *docs_routes(openapi_document(metrics=registry is not None, status=reporter is not None)),
+              *sie_routes(service, max_input_bytes), *openai_routes(service, max_input_bytes, token_ids)]
+    if registry is not None:
+        routes.append(Route("/metrics", metrics_endpoint(registry), methods=["GET"]))
+    if reporter is not None:
+        routes += [WebSocketRoute("/ws/status", status_socket(reporter)), Route("/status", status_page, methods=["GET"])]
+    middleware = [Middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"],
+                             expose_headers=list(EXPOSED_HEADERS))] if cors_origins else []
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error}, middleware=middleware)
+    served = app if cors_origins else InferFirst(app, guarded(v2.infer, v2_error))  # with CORS, every request goes through it
+    if registry is None:
+        return served
+    return HttpMetricsMiddleware(served, HttpMetrics(registry), app.routes, lambda name: service.has_model(name))
+
+
+def docs_routes(document: dict[str, Any]) -> list[BaseRoute]:
+    """``/docs`` (Swagger UI from the swagger-ui-bundle package: no network) and ``/api-doc/openapi.json``."""
 
     async def docs(_: Request) -> Response:
         return HTMLResponse(DOCS_PAGE)
@@ -207,53 +282,14 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
     async def openapi(_: Request) -> Response:
         return JSONResponse(document)
 
-    model = "/v2/models/{model}"
-    versioned = "/v2/models/{model}/versions/{version}"
-    routes = [
-        Route("/", route(live), methods=["GET"]),
-        Route("/v2", route(server_metadata), methods=["GET"]),
-        Route("/v2/health/live", route(live), methods=["GET"]),
-        Route("/v2/health/ready", route(ready), methods=["GET"]),
-        Route("/v2/models/stats", route(model_stats), methods=["GET"]),
-        Route("/v2/repository/index", route(repository_index), methods=["POST"]),
-        Route("/v2/repository/models/{model}/load", route(load), methods=["POST"]),
-        Route("/v2/repository/models/{model}/unload", route(unload), methods=["POST"]),
-        Route("/v2/systemsharedmemory/status", route(shm_status), methods=["GET"]),
-        Route("/v2/systemsharedmemory/region/{region}/status", route(shm_status), methods=["GET"]),
-        Route("/v2/systemsharedmemory/region/{region}/register", route(shm_register), methods=["POST"]),
-        Route("/v2/systemsharedmemory/unregister", route(shm_unregister), methods=["POST"]),
-        Route("/v2/systemsharedmemory/region/{region}/unregister", route(shm_unregister), methods=["POST"]),
-        Route("/docs", docs, methods=["GET"]),
-        Route("/api-doc/openapi.json", openapi, methods=["GET"]),
-        Mount("/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets"),
-    ]
-    for prefix in (model, versioned):
-        routes += [
-            Route(prefix, route(model_metadata), methods=["GET"]),
-            Route(prefix + "/ready", route(model_ready), methods=["GET"]),
-            Route(prefix + "/config", route(model_config), methods=["GET"]),
-            Route(prefix + "/stats", route(model_stats), methods=["GET"]),
-            Route(prefix + "/infer", route(infer), methods=["POST"]),
-        ]
+    return [Route("/docs", docs, methods=["GET"]), Route("/api-doc/openapi.json", openapi, methods=["GET"]),
+            Mount("/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")]
 
-    routes += extension_routes(service, max_input_bytes, route)
-    routes += [*sie_routes(service, max_input_bytes), *openai_routes(service, max_input_bytes, token_ids)]
-    if registry is not None:
-        routes.append(Route("/metrics", metrics_endpoint(registry), methods=["GET"]))
-    if reporter is not None:
-        routes += [WebSocketRoute("/ws/status", status_socket(reporter)), Route("/status", status_page, methods=["GET"])]
 
-    async def http_error(_: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
-
-    middleware = [Middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"],
-                             expose_headers=list(EXPOSED_HEADERS))] if cors_origins else []
-    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error}, middleware=middleware)
-    served = app if cors_origins else InferFirst(app, route(infer))  # with CORS, every request goes through it
-    if registry is None:
-        return served
-    return HttpMetricsMiddleware(served, HttpMetrics(registry), app.routes, lambda name: service.has_model(name))
+async def _http_error(_: Request, exc: Exception) -> Response:
+    """Starlette's own HTTP errors (404 no route, 405 method) in V2's envelope."""
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
 class InferFirst:
@@ -297,6 +333,10 @@ def metrics_endpoint(registry: CollectorRegistry) -> Handler:
 def build_metrics_app(registry: CollectorRegistry) -> Starlette:
     """The application of the metrics port: /metrics only."""
     return Starlette(routes=[Route("/metrics", metrics_endpoint(registry), methods=["GET"])])
+
+
+def _path(request: Request) -> tuple[str, str]:
+    return request.path_params["model"], request.path_params.get("version", "")
 
 
 def _health(body: dict[str, Any], key: str) -> Response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
@@ -50,3 +51,11 @@ def trace_id(headers: Mapping[str, str], report: RequestReport | None = None) ->
 def response_headers(headers: Mapping[str, str], report: RequestReport, total_ns: int) -> dict[str, str]:
     """The timing headers and ``X-Trace-ID`` of a successful response."""
     return {**timing_headers(report, total_ns), "X-Trace-ID": trace_id(headers, report)}
+
+
+def semantic_timing(headers: Mapping[str, str], report: RequestReport, received_ns: int
+                    ) -> tuple[dict[str, float], dict[str, str]]:
+    """A semantic answer's ``timing`` body and its response headers (timing and ``X-Trace-ID``),
+    for a request received at ``received_ns`` (``time.perf_counter_ns``)."""
+    total = time.perf_counter_ns() - received_ns
+    return timing_body(report, total), response_headers(headers, report, total)

@@ -56,12 +56,12 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None 
     if ensemble.is_ensemble(config):
         result.config, result.ensemble_versions = config, versions
         return result
-    opener = backend.find(config.backend)
-    assert opener is not None  # read_config accepts only known backends
+    found = backend.find(config.backend)
+    assert found is not None  # read_config accepts only known backends
     completed = False
     for version in sorted(versions, reverse=True):
         try:
-            executable = opener(model_dir, version, config)
+            executable = found.open(model_dir, version, config)
             if not completed:
                 cfg.complete_tensors(config, executable.inputs, executable.outputs, executable.batchable)
             cfg.validate(config, executable.inputs, executable.outputs)

@@ -1,0 +1,124 @@
+"""Text batching: the texts of several requests tokenized and run as one batch, split back per request.
+
+A text model's inputs are ``max_batch_size: 0`` BYTES lists, so the core's tensor batching (rows
+along dim 0) does not apply; under ``dynamic_batching`` its requests merge here instead
+(``kserve_v2.backend.BatchStrategy``): requests that ask the same outputs with the same
+parameters and non-text inputs share one pre-process, execute and post-process pass, padded to the
+batch's longest text.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from adapters.inputs import string_parameter
+from adapters.tokenizer import OVERFLOW_POLICIES
+from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.backend import Execution, Parameter
+from kserve_v2.errors import InvalidInput, ServerError
+
+if TYPE_CHECKING:
+    from adapters.base import TextAdapter
+
+# texts in one merged batch, unless preferred_batch_size says otherwise
+TEXT_BATCH_ITEMS = 64
+
+
+class TextBatching:
+    """The ``BatchStrategy`` of a text adapter.
+
+    Args:
+        adapter: the model whose steps run the merged batch.
+        config: its configuration (``dynamic_batching.preferred_batch_size`` bounds a batch's texts).
+    """
+
+    inline = False
+
+    def __init__(self, adapter: TextAdapter[Any], config: mc.ModelConfig) -> None:
+        self._adapter = adapter
+        self._limit = max(config.dynamic_batching.preferred_batch_size, default=TEXT_BATCH_ITEMS)
+
+    def limit(self, config: mc.ModelConfig) -> int:
+        """The largest ``preferred_batch_size``, else 64 texts."""
+        return self._limit
+
+    def items(self, feeds: dict[str, np.ndarray], batch_size: int) -> int:
+        """The request's texts."""
+        return len(feeds["text"])
+
+    def key(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+            parameters: Mapping[str, Parameter]) -> Hashable:
+        """Requests merge when they ask the same outputs with the same parameters and non-text inputs."""
+        others = tuple((name, tuple(bytes(v) for v in array.reshape(-1))) for name, array in sorted(feeds.items())
+                       if name != "text")
+        return tuple(output_names), tuple(sorted((k, str(v)) for k, v in parameters.items())), others
+
+    def execute_batch(self, members: list[dict[str, np.ndarray]], output_names: Sequence[str],
+                      parameters: Mapping[str, Parameter]) -> list[Execution | Exception]:
+        """Tokenize every member's texts as one batch (padded to its longest), run once, split back.
+
+        Each member's texts, and its lengths under the ``error`` overflow policy, are checked
+        first, so a bad request fails alone.
+        """
+        adapter = self._adapter
+        started = time.perf_counter_ns()
+        shares: list[Execution | Exception | None] = [None] * len(members)
+        try:
+            policy = string_parameter(parameters, "overflow_policy", "default")
+            if policy not in OVERFLOW_POLICIES:
+                raise InvalidInput(f"unknown overflow_policy '{policy}': use one of {list(OVERFLOW_POLICIES)}")
+        except ServerError as err:
+            return [err] * len(members)
+        valid: list[int] = []
+        for index, feeds in enumerate(members):
+            try:
+                items = adapter.item_texts(feeds, parameters)
+                if policy == "error":
+                    adapter.tokenizer.encode(items, "error")
+                valid.append(index)
+            except ServerError as err:
+                shares[index] = err
+        if valid:
+            ragged = self._ragged()
+            merged = {**members[valid[0]], "text": np.concatenate([members[i]["text"] for i in valid])}
+            wanted = set(output_names) | {ragged[n] for n in output_names if n in ragged}
+            checked = {**parameters, "overflow_policy": "truncate_text"} if policy == "error" else parameters
+            checks_ns = time.perf_counter_ns() - started  # the members' checks count as pre-processing
+            computed, prepared, pre_ns, post_ns = adapter.run_steps(merged, wanted, checked)
+            pre_ns += checks_ns
+            counts = [len(members[i]["text"]) for i in valid]
+            bounds = np.concatenate([[0], np.cumsum(counts)])
+            item_tokens = prepared.batch.feeds["attention_mask"].sum(axis=1)
+            own = [int(item_tokens[bounds[i]:bounds[i + 1]].sum()) for i in range(len(counts))]
+            own[0] += prepared.batch.tokens - sum(own)  # a shared query's tokens
+            for position, (index, outputs) in enumerate(zip(valid, _split(computed, output_names, counts, ragged),
+                                                            strict=True)):
+                shares[index] = Execution(outputs, pre_ns, post_ns, own[position], int(position == 0))
+        return [share for share in shares if share is not None]
+
+    def _ragged(self) -> dict[str, str]:
+        """Outputs whose rows vary per item -> the output giving each item's rows (from the contract)."""
+        return {name: output.lengths for output in self._adapter.text.outputs if output.lengths is not None
+                for name in (output.values, output.indices) if name is not None}
+
+
+def _split(computed: dict[str, np.ndarray], output_names: Sequence[str], counts: list[int],
+           ragged: dict[str, str]) -> list[list[np.ndarray]]:
+    """Each member's slice of every output: ragged outputs by their lengths, the others by item."""
+    item_bounds = np.concatenate([[0], np.cumsum(counts)])
+    per_output = []
+    for name in output_names:
+        array = computed[name]
+        if name in ragged:
+            rows = np.concatenate([[0], np.cumsum(computed[ragged[name]])])
+            bounds = rows[item_bounds]
+        elif len(array) == 0:  # e.g. scores without a query
+            bounds = np.zeros(len(item_bounds), dtype=np.int64)
+        else:
+            bounds = item_bounds
+        per_output.append([array[bounds[i]:bounds[i + 1]] for i in range(len(counts))])
+    return [list(parts) for parts in zip(*per_output, strict=True)]
