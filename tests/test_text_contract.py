@@ -8,7 +8,6 @@ import json
 import os
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
