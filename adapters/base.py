@@ -84,7 +84,7 @@ class TextAdapter(Generic[P]):
         self.tokenizer = TextTokenizer(self.folder / TOKENIZER_FILE, max_length, config.name)
         self.session = open_session(self.folder / "model.onnx", config)
         self.on_cuda = self.session.on_cuda
-        self.batching = TextBatching(self, config)
+        self.batching = TextBatching(self)
         self._graph_inputs = [t.name for t in self.session.inputs]
 
     def declare(self, inputs: Sequence[TextInput], outputs: Sequence[TextOutput]) -> None:

@@ -33,18 +33,16 @@ class TextBatching:
 
     Args:
         adapter: the model whose steps run the merged batch.
-        config: its configuration (``dynamic_batching.preferred_batch_size`` bounds a batch's texts).
     """
 
     inline = False
 
-    def __init__(self, adapter: TextAdapter[Any], config: mc.ModelConfig) -> None:
+    def __init__(self, adapter: TextAdapter[Any]) -> None:
         self._adapter = adapter
-        self._limit = max(config.dynamic_batching.preferred_batch_size, default=TEXT_BATCH_ITEMS)
 
     def limit(self, config: mc.ModelConfig) -> int:
-        """The largest ``preferred_batch_size``, else 64 texts."""
-        return self._limit
+        """Texts in one merged batch: the largest ``preferred_batch_size``, else 64."""
+        return max(config.dynamic_batching.preferred_batch_size, default=TEXT_BATCH_ITEMS)
 
     def items(self, feeds: dict[str, np.ndarray], batch_size: int) -> int:
         """The request's texts."""
