@@ -28,7 +28,7 @@ from kserve_v2.repository.overrides import parse_load_parameters
 from kserve_v2.settings import Settings
 from kserve_v2.shared_memory import SharedMemoryRegistry
 from kserve_v2.tensors import pack_bytes
-from kserve_v2.text import NOT_TEXT, TextCall, TextContract, TextModelInfo
+from kserve_v2.text import NOT_TEXT, OutputKind, TextCall, TextContract, TextModelInfo
 from kserve_v2.tracing import Tracing
 
 # Extensions this server implements (Triton's names, ServerMetadata.extensions).
@@ -271,11 +271,11 @@ class InferenceService:
     def text_models(self) -> list[TextModelInfo]:
         """Every text model of the repository, loaded or not, by name."""
         names = dict.fromkeys(row.name for row in self._manager.index(False))
-        return [info for info in map(self._text_info, names) if info is not None]
+        return [info for info in map(self._text_info, names) if info.kinds]
 
-    def text_model(self, name: str) -> TextModelInfo | None:
+    def text_model(self, name: str) -> TextModelInfo:
         """The model named ``name`` (its repository name or its ``alias``), loaded or not, as a
-        text model; None when it is not one.
+        text model (no ``kinds`` when it is not one).
 
         Raises:
             NotFound: no such model -> NOT_FOUND / 404.
@@ -328,22 +328,19 @@ class InferenceService:
                 return row.name
         raise NotFound(f"Model '{name}' not found")
 
-    def _text_info(self, name: str) -> TextModelInfo | None:
-        """A repository model as a text model (None when it is not one): a READY version's contract,
-        else what its backend declares."""
+    def _text_info(self, name: str) -> TextModelInfo:
+        """A repository model as a text model: a READY version's contract, else what its backend
+        declares (no ``kinds`` when it is not a text model)."""
         config = self._manager.stored_config(name)
         try:
             contract: TextContract | None = self._manager.resolve(name, "").text or NOT_TEXT
         except ServerError:
             contract = None
+        kinds: tuple[OutputKind, ...] = ()
         if contract is not None:
             kinds = tuple(contract.kinds())
         elif config is not None and (found := backend.find(config.backend)) is not None:
             kinds = found.offers
-        else:
-            return None
-        if not kinds:
-            return None
         parameters = config.parameters if config is not None else {}
         aliases = (parameters["alias"].string_value,) if "alias" in parameters else ()
         length = (contract.max_sequence_length if contract is not None else

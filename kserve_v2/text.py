@@ -147,7 +147,8 @@ class TextModelInfo:
     Attributes:
         name: its repository name.
         aliases: other names it answers to (its config's ``alias`` parameter).
-        kinds: the output kinds it gives (a loaded model's contract, else its backend's declaration).
+        kinds: the output kinds it gives (a loaded model's contract, else its backend's declaration);
+            empty: it is not a text model.
         contract: the READY version's contract; None while no version is READY.
         max_sequence_length: the contract's, else its configuration's ``max_sequence_length``
             parameter (0 when it has none).

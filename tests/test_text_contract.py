@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from helpers import add_model, make_model, start_server
+from helpers import add_model, identity_model, make_model, start_server
 
 VOCAB = {"[PAD]": 0, "[UNK]": 1, "paris": 2, "is": 3, "big": 4, "a": 5, "small": 6, "town": 7, "which": 8, "city": 9}
 WEIGHTS = np.random.default_rng(11).normal(size=len(VOCAB)).astype(np.float32)
@@ -65,6 +65,7 @@ def plugin_server(tmp_path_factory: pytest.TempPathFactory):
     folder = add_model(repository, "pair-scorer", model, 'backend: "text_tanh_pair"\ndynamic_batching { }\n'
                        'parameters { key: "max_sequence_length" value { string_value: "16" } }')
     _tokenizer().save(str(folder / "1" / "tokenizer.json"))
+    add_model(repository, "ident", identity_model(TensorProto.FLOAT))  # a tensor model: no contract
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(plugin), os.environ.get("PYTHONPATH")])))
         server = start_server(repository, tmp_path_factory.mktemp("logs"), "--model-control-mode", "explicit",
@@ -124,3 +125,12 @@ def test_a_model_that_is_not_loaded_lists_what_its_backend_offers(plugin_server)
         assert (status, body["detail"]["code"], body["detail"]["model"]) == (503, "MODEL_NOT_LOADED", "pair-scorer")
     finally:
         assert call(plugin_server, "/v2/repository/models/pair-scorer/load", {})[0] == 200
+
+
+def test_a_tensor_model_has_no_text_contract(plugin_server) -> None:
+    status, listing = call(plugin_server, "/v1/models")
+    assert status == 200 and [m["name"] for m in listing["models"]] == ["pair-scorer"]
+    status, body = call(plugin_server, "/v1/models/ident")
+    assert (status, body["error"]["message"]) == (404, "Model 'ident' is not a text model (it has no BYTES 'text' input)")
+    status, body = call(plugin_server, "/v1/score/ident", {"query": {"text": "q"}, "items": [{"text": "x"}]})
+    assert (status, body["detail"]["message"]) == (400, "model 'ident' does not support 'score' (it supports: none)")

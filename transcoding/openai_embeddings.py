@@ -115,9 +115,9 @@ class OpenAiRoutes:
     async def one_model(self, request: Request) -> Response:
         """``GET /v1/models/{id}``: one text model's OpenAI fields beside its ModelInfo."""
         found = self.service.text_model(request.path_params["model"])
-        if found is None:
-            raise NotFound(f"Model '{request.path_params['model']}' is not a text model (it has no BYTES 'text' input)")
         request.state.model = found.name
+        if not found.kinds:
+            raise NotFound(f"Model '{found.name}' is not a text model (it has no BYTES 'text' input)")
         info = model_info(found)
         return render(request, {**self._card(info, self._owner()), **info}, headers={"X-Trace-ID": trace_id(request.headers)})
 
