@@ -62,32 +62,22 @@ class TextBatching:
         Each member's texts, and its lengths under the ``error`` overflow policy, are checked
         first, so a bad request fails alone.
         """
-        adapter = self._adapter
         started = time.perf_counter_ns()
-        shares: list[Execution | Exception | None] = [None] * len(members)
         try:
             policy = string_parameter(parameters, "overflow_policy", "default")
             if policy not in OVERFLOW_POLICIES:
                 raise InvalidInput(f"unknown overflow_policy '{policy}': use one of {list(OVERFLOW_POLICIES)}")
         except ServerError as err:
             return [err] * len(members)
-        valid: list[int] = []
-        for index, feeds in enumerate(members):
-            try:
-                items = adapter.item_texts(feeds, parameters)
-                if policy == "error":
-                    adapter.tokenizer.encode(items, "error")
-                valid.append(index)
-            except ServerError as err:
-                shares[index] = err
+        shares: list[Execution | Exception | None] = [self._refusal(m, parameters, policy) for m in members]
+        valid = [index for index, share in enumerate(shares) if share is None]
         if valid:
             ragged = self._ragged()
             merged = {**members[valid[0]], "text": np.concatenate([members[i]["text"] for i in valid])}
             wanted = set(output_names) | {ragged[n] for n in output_names if n in ragged}
             checked = {**parameters, "overflow_policy": "truncate_text"} if policy == "error" else parameters
             checks_ns = time.perf_counter_ns() - started  # the members' checks count as pre-processing
-            computed, prepared, pre_ns, post_ns = adapter.run_steps(merged, wanted, checked)
-            pre_ns += checks_ns
+            computed, prepared, pre_ns, post_ns = self._adapter.run_steps(merged, wanted, checked)
             counts = [len(members[i]["text"]) for i in valid]
             bounds = np.concatenate([[0], np.cumsum(counts)])
             item_tokens = prepared.batch.feeds["attention_mask"].sum(axis=1)
@@ -95,8 +85,19 @@ class TextBatching:
             own[0] += prepared.batch.tokens - sum(own)  # a shared query's tokens
             for position, (index, outputs) in enumerate(zip(valid, _split(computed, output_names, counts, ragged),
                                                             strict=True)):
-                shares[index] = Execution(outputs, pre_ns, post_ns, own[position], int(position == 0))
+                shares[index] = Execution(outputs, pre_ns + checks_ns, post_ns, own[position], int(position == 0))
         return [share for share in shares if share is not None]
+
+    def _refusal(self, feeds: dict[str, np.ndarray], parameters: Mapping[str, Parameter], policy: str
+                 ) -> ServerError | None:
+        """A member's own error (bad texts, or one over the token limit under the ``error`` policy), else None."""
+        try:
+            items = self._adapter.item_texts(feeds, parameters)
+            if policy == "error":
+                self._adapter.tokenizer.encode(items, "error")
+        except ServerError as err:
+            return err
+        return None
 
     def _ragged(self) -> dict[str, str]:
         """Outputs whose rows vary per item -> the output giving each item's rows (from the contract)."""
