@@ -237,7 +237,10 @@ class V2Routes:
 
 
 def v2_error(_: Request, err: Exception) -> Response:
-    """V2's error envelope ``{"error": ...}`` (``http_status``)."""
+    """V2's error envelope ``{"error": ...}``: the status of the one table in ``http_status``, or
+    of Starlette's own ``HTTPException`` (404 for no route, 405 for a method a route lacks)."""
+    if isinstance(err, HTTPException):
+        return JSONResponse({"error": err.detail}, status_code=err.status_code, headers=err.headers)
     return error_response(err)
 
 
@@ -266,11 +269,16 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
         routes += [WebSocketRoute("/ws/status", status_socket(reporter)), Route("/status", status_page, methods=["GET"])]
     middleware = [Middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"],
                              expose_headers=list(EXPOSED_HEADERS))] if cors_origins else []
-    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error}, middleware=middleware)
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _routing_error}, middleware=middleware)
     served = app if cors_origins else InferFirst(app, guarded(v2.infer, v2_error))  # with CORS, every request goes through it
     if registry is None:
         return served
     return HttpMetricsMiddleware(served, HttpMetrics(registry), app.routes, lambda name: service.has_model(name))
+
+
+async def _routing_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own HTTP errors in V2's envelope (an async handler: Starlette runs sync ones on a thread)."""
+    return v2_error(request, exc)
 
 
 def docs_routes(document: dict[str, Any]) -> list[BaseRoute]:
@@ -284,12 +292,6 @@ def docs_routes(document: dict[str, Any]) -> list[BaseRoute]:
 
     return [Route("/docs", docs, methods=["GET"]), Route("/api-doc/openapi.json", openapi, methods=["GET"]),
             Mount("/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")]
-
-
-async def _http_error(_: Request, exc: Exception) -> Response:
-    """Starlette's own HTTP errors (404 no route, 405 method) in V2's envelope."""
-    assert isinstance(exc, HTTPException)
-    return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
 class InferFirst:
