@@ -83,7 +83,7 @@ class TextBatching:
             item_tokens = prepared.batch.feeds["attention_mask"].sum(axis=1)
             own = [int(item_tokens[bounds[i]:bounds[i + 1]].sum()) for i in range(len(counts))]
             own[0] += prepared.batch.tokens - sum(own)  # a shared query's tokens
-            for position, (index, outputs) in enumerate(zip(valid, _split(computed, output_names, counts, ragged),
+            for position, (index, outputs) in enumerate(zip(valid, split_outputs(computed, output_names, counts, ragged),
                                                             strict=True)):
                 shares[index] = Execution(outputs, pre_ns + checks_ns, post_ns, own[position], int(position == 0))
         return [share for share in shares if share is not None]
@@ -105,7 +105,7 @@ class TextBatching:
                 for name in (output.values, output.indices) if name is not None}
 
 
-def _split(computed: dict[str, np.ndarray], output_names: Sequence[str], counts: list[int],
+def split_outputs(computed: dict[str, np.ndarray], output_names: Sequence[str], counts: list[int],
            ragged: dict[str, str]) -> list[list[np.ndarray]]:
     """Each member's slice of every output: ragged outputs by their lengths, the others by item."""
     item_bounds = np.concatenate([[0], np.cumsum(counts)])

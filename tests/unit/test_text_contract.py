@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from adapters.base import v2_interface
 from adapters.embedding import DENSE_OUTPUTS
 from kserve_v2.text import NOT_TEXT, InputKind, OutputKind, TextContract, TextInput, TextOutput
@@ -42,3 +44,17 @@ def test_the_v2_interface_follows_the_contract() -> None:
     assert [(t.name, t.dtype.v2, t.shape) for t in outputs] == [
         ("scores", "FP32", (-1,)), ("sparse_indices", "INT64", (-1,)), ("sparse_values", "FP32", (-1,)),
         ("sparse_lengths", "INT64", (-1,))]
+
+
+def test_text_batching_splits_each_output_back_per_request() -> None:
+    from adapters.batching import split_outputs
+
+    computed = {"dense": np.arange(6, dtype=np.float32).reshape(3, 2),  # 3 texts: 2 from the first request, 1
+                "multivector": np.arange(10, dtype=np.float32).reshape(5, 2),
+                "multivector_lengths": np.array([1, 3, 1]), "scores": np.zeros(0, dtype=np.float32)}
+    first, second = split_outputs(computed, ["dense", "multivector", "multivector_lengths", "scores"], [2, 1],
+                           {"multivector": "multivector_lengths"})
+    assert first[0].tolist() == [[0, 1], [2, 3]] and second[0].tolist() == [[4, 5]]
+    assert first[1].shape == (4, 2) and second[1].tolist() == [[8, 9]]  # ragged rows by the lengths
+    assert first[2].tolist() == [1, 3] and second[2].tolist() == [1]
+    assert len(first[3]) == len(second[3]) == 0  # scores without a query: empty for everyone
