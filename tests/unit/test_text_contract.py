@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from adapters.base import v2_interface
+from adapters.batching import split_outputs
 from adapters.embedding import DENSE_OUTPUTS
 from kserve_v2.text import NOT_TEXT, InputKind, OutputKind, TextContract, TextInput, TextOutput
 
@@ -47,8 +48,6 @@ def test_the_v2_interface_follows_the_contract() -> None:
 
 
 def test_text_batching_splits_each_output_back_per_request() -> None:
-    from adapters.batching import split_outputs
-
     computed = {"dense": np.arange(6, dtype=np.float32).reshape(3, 2),  # 3 texts: 2 from the first request, 1
                 "multivector": np.arange(10, dtype=np.float32).reshape(5, 2),
                 "multivector_lengths": np.array([1, 3, 1]), "scores": np.zeros(0, dtype=np.float32)}
