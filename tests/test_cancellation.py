@@ -6,6 +6,7 @@ waiting for a result no one will read. Before, the next request waited the whole
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -102,3 +103,37 @@ def test_the_request_memory_pool_refuses_what_does_not_fit(server) -> None:
     with pytest.raises(InferenceServerException) as err:  # over the 5 MB per-request limit, whatever runs
         client.infer("slow", _input(4096), client_timeout=30)
     assert err.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+
+
+def _rest_infer(rows: int) -> tuple[bytes, bytes]:
+    """(JSON header, whole body) of a binary REST infer of ``rows`` rows of ones."""
+    header = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [rows, 512],
+                                     "parameters": {"binary_data_size": rows * 512 * 4}}]}).encode()
+    return header, header + np.ones((rows, 512), np.float32).tobytes()
+
+
+def _rest_post(server, model: str, rows: int) -> dict:
+    header, body = _rest_infer(rows)
+    request = urllib.request.Request(f"http://{server.http_url}/v2/models/{model}/infer", data=body,
+                                     headers={"Inference-Header-Content-Length": str(len(header))})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.parametrize("model", sorted(CONFIGS))
+def test_a_rest_client_that_disconnects_frees_the_instance(server, model) -> None:
+    """The REST twin of the expired gRPC request: the client closes its connection while the model
+    runs; the execution is terminated and the next request is answered at once. Before, it waited
+    for the whole 2,048-row execution."""
+    _rest_post(server, model, 1)  # warm
+    header, body = _rest_infer(2048)
+    with socket.create_connection(("127.0.0.1", server.http_port)) as connection:
+        connection.sendall(f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: test\r\nContent-Length: {len(body)}\r\n"
+                           f"Inference-Header-Content-Length: {len(header)}\r\n\r\n".encode() + body)
+        time.sleep(1.0)  # decoded and running on the only instance
+    gone = time.monotonic()
+    answer = _rest_post(server, model, 1)
+    waited = time.monotonic() - gone
+    assert np.allclose(answer["outputs"][0]["data"], 1.0, atol=1e-3)
+    assert waited < 2.5, f"the next request waited {waited:.2f} s after the client disconnected"
+    assert "Exception in ASGI application" not in server.log()  # the cancellation ends the request quietly

@@ -13,18 +13,25 @@ CVE-2025-23310 chunk flood):
 - header size: a request line and headers over ``max_header_bytes`` give 431 and close (checked
   per read while the headers are incomplete, and exactly when they end);
 - chunk count: more than ``max_chunks`` chunks in one chunked body gives 400 and close (Triton's
-  ``kMaxChunkedChunks`` of 65,536).
+  ``kMaxChunkedChunks`` of 65,536);
+- a client that disconnects cancels its request: when the connection is lost before the response
+  is complete, the task running the application for it is cancelled, as gRPC cancels the call of a
+  client that went away, so the request leaves the batch queue and its running execution is
+  terminated (``kserve_v2.cancellation``). Model control (``/v2/repository/...``) is left to finish
+  what it started.
 
-Per request this costs a few timestamps and counters; one watchdog timer per connection checks the
-deadlines.
+Per request this costs a few timestamps and counters and one wrapping coroutine; one watchdog timer
+per connection checks the deadlines.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from functools import partial
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
@@ -40,6 +47,7 @@ class ConnectionLimits:
 
 
 _IDLE, _HEADERS, _BODY = 0, 1, 2  # what a connection waits for: nothing (keep-alive), headers, body
+_NOT_CANCELLED = "/v2/repository/"  # a load or unload runs to its end whoever waits for it
 
 
 class _Rejected(Exception):
@@ -64,6 +72,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     _header_bytes = 0
     _chunks = 0
     _reject: tuple[int, str] | None = None
+    _running: dict[RequestResponseCycle, asyncio.Task[None]] | None = None  # application runs of this connection
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -74,6 +83,35 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._watchdog is not None:
             self._watchdog.cancel()
         super().connection_lost(exc)
+        for cycle, task in list((self._running or {}).items()):
+            if not cycle.response_complete:  # nobody will read the response: stop the work (499 in spirit)
+                cycle.disconnected = True
+                task.cancel()
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGIApp) -> None:  # type: ignore[override]
+        """uvicorn's start of a request's application run, through ``_cancellable``."""
+        if cycle.scope["path"].startswith(_NOT_CANCELLED):
+            super()._start_asgi_task(cycle, app)  # type: ignore[arg-type]
+        else:
+            super()._start_asgi_task(cycle, partial(self._cancellable, cycle, app))  # type: ignore[arg-type]
+
+    async def _cancellable(self, cycle: RequestResponseCycle, app: ASGIApp, scope: Scope, receive: Receive,
+                           send: Send) -> None:
+        """Run ``app`` for ``cycle``, cancellable by ``connection_lost``; the cancellation that
+        follows a disconnect ends the run quietly (uvicorn would log it as an application error)."""
+        task = asyncio.current_task()
+        assert task is not None
+        if self._running is None:
+            self._running = {}
+        self._running[cycle] = task
+        try:
+            await app(scope, receive, send)
+        except asyncio.CancelledError:
+            if not cycle.disconnected:
+                raise  # the server's own shutdown
+            task.uncancel()
+        finally:
+            del self._running[cycle]
 
     def data_received(self, data: bytes) -> None:
         phase = self._phase
