@@ -147,6 +147,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._phase = _IDLE
         super().on_message_complete()
+        if not self.pipeline:  # the body is in: read on (uvicorn may have paused at its high-water mark), so
+            self.flow.resume_reading()  # a client that disconnects is seen; a pipelined request pauses again
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a parser error; a rule broken in a callback answers with its own status."""
