@@ -62,6 +62,17 @@ def test_bytes_framing_round_trip_keeps_nuls_and_utf8() -> None:
     assert tensors.pack_bytes(np.array([], dtype=object)) == b""
 
 
+def test_bytes_framing_across_blocks_and_long_elements() -> None:
+    """More elements than one framing block, lengths past the shared prefixes (1024 and up)."""
+    items = [bytes([i % 251]) * (i % 1500) for i in range(70_000)] + ["ü" * 700]
+    array = np.empty(len(items), dtype=object)
+    array[:] = items
+    encoded = [*items[:-1], "ü".encode() * 700]
+    buf = tensors.pack_bytes(array)
+    assert buf == framed(*encoded)
+    assert tensors.unpack_bytes(buf, len(items), WHAT).tolist() == encoded
+
+
 @pytest.mark.parametrize(("buf", "count", "message"), [
     (framed(b"ab"), 2, "cannot hold them"),  # too few elements for the count, refused before allocating
     (framed(b"ab") + b"\x01\x00", 2, "truncated length prefix"),
