@@ -1,13 +1,22 @@
 """Request memory: what one request may cost once decoded, and what all requests in flight may hold.
 
-The cost of a request is estimated from its declared shapes and sizes before anything is decoded:
-its size as it arrived, typed contents once more as arrays, shared memory ranges (copied out), plus, for BYTES inputs, ``BYTES_ELEMENT_BYTES`` per element for the Python objects
-and the runtime's string copies that each element becomes. A request over the per-request limit
-(``--max-request-decoded-bytes``) is refused; a request that would take the server's in-flight
-total over ``--request-memory-pool-bytes`` is refused too (not queued: the bytes it arrived with
-are freed at once, and the client retries; ``Retry-After`` over HTTP). Both are
-RESOURCE_EXHAUSTED / 413 (gRPC status codes: "some resource has been exhausted"). Requests under
-64 KiB on the wire are not counted (see ``request_cost``).
+The cost of a request is an estimate of the memory it holds at its peak, made from its declared
+shapes and sizes before anything is decoded (calibrated with ``benchmarks/memory.py``):
+
+- the protobuf message ``MESSAGE_COPIES`` times (the received message, the raw entries read out of
+  it, the framework's receive buffer), and raw entries kept beside it (REST binary data, views of
+  the body) once;
+- typed contents once more as arrays, and shared memory ranges (copied out);
+- for BYTES inputs, ``BYTES_ELEMENT_BYTES`` per element and ``BYTES_PAYLOAD_COPIES`` per byte of
+  element text: every element becomes a Python ``bytes``, a ``str`` for ONNX Runtime, a
+  ``std::string`` in the runtime's input and output tensors and a ``str`` again in the output.
+
+A request over the per-request limit (``--max-request-decoded-bytes``) is refused; a request that
+would take the server's in-flight total over ``--request-memory-pool-bytes`` is refused too (not
+queued: the bytes it arrived with are freed at once, and the client retries; ``Retry-After`` over
+HTTP). Both are RESOURCE_EXHAUSTED / 413 (gRPC status codes: "some resource has been exhausted").
+Requests under 64 KiB on the wire are not counted (see ``request_cost``). Outputs are not known
+before the model runs and are not counted.
 """
 
 from __future__ import annotations
@@ -19,10 +28,13 @@ from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.datatypes import BY_V2, BYTES
 from kserve_v2.errors import TooLarge
 
-# Peak RSS per element measured with benchmarks/storm.py (2,000,000 zero-length elements through a
-# string identity model: ~150 bytes): the object array slots of the decoded input and its text,
-# ONNX Runtime's std::string per element in and out, and the output's Python strings.
+# Peak RSS of a string identity model, measured with benchmarks/memory.py: ~90 bytes per zero-length
+# element (object array slots of the input and its text, ONNX Runtime's 32-byte std::string per element
+# in and out, the output's slots), ~300 bytes per 16-byte element (20 on the wire), ~6.5x the text of
+# 1 KiB elements.
 BYTES_ELEMENT_BYTES = 160
+BYTES_PAYLOAD_COPIES = 6
+MESSAGE_COPIES = 3
 SMALL_BYTES = 1 << 16
 _SHM_SIZE = "shared_memory_byte_size"
 
@@ -33,20 +45,21 @@ class MemoryBusy(TooLarge):
 
 def request_cost(request: pb.ModelInferRequest, uses_shared_memory: bool,
                  raw: Sequence[bytes | memoryview] | None = None) -> tuple[int, int]:
-    """(estimated decoded bytes, BYTES elements) of a request, from its declared shapes and sizes.
+    """(estimated peak bytes, BYTES elements) of a request, from its declared shapes and sizes.
 
     The wire part is the message's serialized size (``ByteSize``: lengths only; reading a raw
-    entry would copy it) plus ``raw``, the raw entries kept beside the message (REST), if any.
-    A request under ``SMALL_BYTES`` that reads no shared memory costs
-    nothing here (its decoded size is bounded by ~41x its wire size, and walking its tensors
+    entry would copy it), counted ``MESSAGE_COPIES`` times, plus ``raw``, the raw entries kept
+    beside the message (REST), if any. The text of BYTES elements is bounded by the wire and
+    shared memory sizes less their 4-byte prefixes. A request under ``SMALL_BYTES`` that reads no
+    shared memory costs nothing here (its decoded size is bounded by ~41x its wire size, and walking its tensors
     would cost more than decoding them); ``uses_shared_memory``: client shared memory is on.
     """
-    total = request.ByteSize()
-    if raw:
-        total += sum(map(len, raw))
-    if total < SMALL_BYTES and not uses_shared_memory:
+    message = request.ByteSize()
+    wire = message + (sum(map(len, raw)) if raw else 0)
+    if wire < SMALL_BYTES and not uses_shared_memory:
         return 0, 0
-    elements = 0
+    total = wire + message * (MESSAGE_COPIES - 1)
+    elements = shared = 0
     for tensor in request.inputs:
         count = 1
         for dim in tensor.shape:
@@ -59,7 +72,10 @@ def request_cost(request: pb.ModelInferRequest, uses_shared_memory: bool,
             total += count * dtype.itemsize
         parameter = tensor.parameters.get(_SHM_SIZE)
         if parameter is not None and parameter.WhichOneof("parameter_choice") in ("int64_param", "uint64_param"):
-            total += max(getattr(parameter, parameter.WhichOneof("parameter_choice")), 0)
+            shared += max(getattr(parameter, parameter.WhichOneof("parameter_choice")), 0)
+    total += shared
+    if elements:
+        total += max(wire + shared - 4 * elements, 0) * BYTES_PAYLOAD_COPIES
     return total, elements
 
 

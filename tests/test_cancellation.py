@@ -39,8 +39,8 @@ def server(tmp_path_factory):
     for name, config in CONFIGS.items():
         add_model(repository, name, SLOW, config)
     add_model(repository, "slow_queue", SLOW, QUEUE_OF_ONE)
-    running = start_server(repository, tmp_path_factory.mktemp("logs"), "--max-request-decoded-bytes", "5000000",
-                           "--request-memory-pool-bytes", "6000000")
+    running = start_server(repository, tmp_path_factory.mktemp("logs"), "--max-request-decoded-bytes", "13000000",
+                           "--request-memory-pool-bytes", "15000000")
     yield running
     assert running.stop() == 0
 
@@ -81,8 +81,8 @@ def test_an_expired_request_leaves_the_batch_queue_at_once(server) -> None:
 
 
 def test_the_request_memory_pool_refuses_what_does_not_fit(server) -> None:
-    """6 MB pool: while a 4 MB request runs, a second one is RESOURCE_EXHAUSTED (413 + Retry-After over
-    HTTP); a small one still runs."""
+    """15 MB pool: while a 4 MB gRPC request runs (costed 3 times its message: ~12.6 MB), a second one,
+    or a 4 MB REST one, is RESOURCE_EXHAUSTED (413 + Retry-After over HTTP); a small one still runs."""
     client = grpcclient.InferenceServerClient(server.url)
     done: list[object] = []
     client.async_infer("slow", _input(2048), lambda result, error: done.append(error), client_timeout=3)
@@ -100,7 +100,7 @@ def test_the_request_memory_pool_refuses_what_does_not_fit(server) -> None:
         urllib.request.urlopen(request, timeout=30)
     assert refused.value.code == 413 and refused.value.headers["Retry-After"] == "1"
     assert client.infer("slow", _input(1), client_timeout=30).as_numpy("OUTPUT0").shape == (1, 512)
-    with pytest.raises(InferenceServerException) as err:  # over the 5 MB per-request limit, whatever runs
+    with pytest.raises(InferenceServerException) as err:  # over the 13 MB per-request limit, whatever runs
         client.infer("slow", _input(4096), client_timeout=30)
     assert err.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
 
@@ -131,6 +131,9 @@ def test_a_rest_client_that_disconnects_frees_the_instance(server, model) -> Non
         connection.sendall(f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: test\r\nContent-Length: {len(body)}\r\n"
                            f"Inference-Header-Content-Length: {len(header)}\r\n\r\n".encode() + body)
         time.sleep(1.0)  # decoded and running on the only instance
+        connection.setblocking(False)
+        with pytest.raises(BlockingIOError):  # no answer yet: running (not refused by the memory pool)
+            connection.recv(1)
     gone = time.monotonic()
     answer = _rest_post(server, model, 1)
     waited = time.monotonic() - gone

@@ -1,0 +1,149 @@
+"""Peak RSS per request against its wire size: how much memory one large request costs the server.
+
+Starts a server with an FP32 and a BYTES identity model (any length) and sends, one at a time,
+large requests over gRPC and REST. For each it prints the bytes sent, the server's peak RSS growth
+during the request (VmHWM after minus VmRSS before, /proc; the peak is reset per case), that growth
+divided by the wire size, and the JSON worker process's own peak growth where one decoded it.
+
+Usage: python benchmarks/memory.py [--scale 1] [--case NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+from perf import start_server
+from storm import children, repository, reset_peak, status_kib
+
+MIB = 2**20
+
+
+def grpc_bytes(port: int, count: int, element: bytes) -> tuple[int, Callable[[], str]]:
+    """gRPC BYTES identity, ``count`` copies of ``element``, framed as tritonclient frames them."""
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    tensor = grpcclient.InferInput("INPUT0", [count], "BYTES")
+    tensor._raw_content = (len(element).to_bytes(4, "little") + element) * count
+    tensor._input.ClearField("contents")
+    wire = len(tensor._raw_content)
+
+    def send() -> str:
+        try:
+            client.infer("identity_bytes", [tensor], client_timeout=600)
+            return "OK"
+        except Exception as err:  # noqa: BLE001 - the status is the outcome
+            return str(err.status())  # type: ignore[attr-defined]
+    return wire, send
+
+
+def grpc_fp32(port: int, count: int) -> tuple[int, Callable[[], str]]:
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    tensor = grpcclient.InferInput("INPUT0", [count], "FP32")
+    tensor.set_data_from_numpy(np.full(count, 0.5, np.float32))
+
+    def send() -> str:
+        client.infer("identity_fp32", [tensor], client_timeout=600)
+        return "OK"
+    return count * 4, send
+
+
+def http_post(port: int, path: str, body: bytes, headers: dict[str, str]) -> str:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=600) as response:
+            response.read()
+            return f"HTTP {response.status}"
+    except urllib.error.HTTPError as err:
+        return f"HTTP {err.code}"
+
+
+def rest_json_fp32(port: int, count: int) -> tuple[int, Callable[[], str]]:
+    head = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [count], "data": []}],
+                       "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}).encode()
+    body = head.replace(b'"data": []', b'"data": [' + b"0.5," * (count - 1) + b"0.5]")
+    return len(body), lambda: http_post(port, "/v2/models/identity_fp32/infer", body,
+                                        {"Content-Type": "application/json"})
+
+
+def rest_json_bytes(port: int, count: int, element: str) -> tuple[int, Callable[[], str]]:
+    head = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "BYTES", "shape": [count], "data": []}],
+                       "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}).encode()
+    item = json.dumps(element).encode()
+    body = head.replace(b'"data": []', b'"data": [' + b",".join([item] * count) + b"]")
+    return len(body), lambda: http_post(port, "/v2/models/identity_bytes/infer", body,
+                                        {"Content-Type": "application/json"})
+
+
+def rest_binary_fp32(port: int, count: int) -> tuple[int, Callable[[], str]]:
+    head = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [count],
+                                   "parameters": {"binary_data_size": count * 4}}],
+                       "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}).encode()
+    body = head + np.zeros(count, np.float32).tobytes()
+    return len(body), lambda: http_post(port, "/v2/models/identity_fp32/infer", body,
+                                        {"Inference-Header-Content-Length": str(len(head))})
+
+
+def cases(ports: dict[str, int], scale: float) -> dict[str, Callable[[], tuple[int, Callable[[], str]]]]:
+    n = lambda count: max(int(count * scale), 1)  # noqa: E731
+    g, h = ports["grpc"], ports["http"]
+    return {
+        "grpc-bytes-empty": lambda: grpc_bytes(g, n(4_000_000), b""),
+        "grpc-bytes-16": lambda: grpc_bytes(g, n(1_000_000), b"sixteen byte str"),
+        "grpc-bytes-1k": lambda: grpc_bytes(g, n(16_000), b"x" * 1024),
+        "grpc-fp32": lambda: grpc_fp32(g, n(8_000_000)),
+        "rest-binary-fp32": lambda: rest_binary_fp32(h, n(16_000_000)),
+        "rest-json-fp32": lambda: rest_json_fp32(h, n(16_000_000)),
+        "rest-json-bytes-16": lambda: rest_json_bytes(h, n(1_000_000), "sixteen byte str"),
+    }
+
+
+def measure(pid: int, make: Callable[[], tuple[int, Callable[[], str]]]) -> tuple[int, str, int, int]:
+    """(wire bytes, outcome, server peak growth, worker peak growth), in bytes."""
+    wire, send = make()
+    time.sleep(0.5)
+    for process in [pid, *children(pid)]:
+        reset_peak(process)
+    before = status_kib(pid, "VmRSS")
+    workers_before = {child: status_kib(child, "VmRSS") for child in children(pid)}
+    outcome = send()
+    peak = status_kib(pid, "VmHWM") - before
+    worker = max((status_kib(child, "VmHWM") - workers_before.get(child, 0) for child in children(pid)), default=0)
+    return wire, outcome, peak * 1024, worker * 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply every element count")
+    parser.add_argument("--case", action="append", help="run only these cases")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = repository(Path(tmp))
+        proc, ports = start_server(repo, Path(tmp) / "server.log", "--http-max-input-size", str(128 * MIB),
+                                   "--max-request-decoded-bytes", str(8 * 2**30),
+                                   "--request-memory-pool-bytes", str(8 * 2**30))
+        try:
+            print("| case | wire | outcome | server peak RSS growth | / wire | JSON worker peak growth |")
+            print("|---|---|---|---|---|---|")
+            for name, make in cases(ports, args.scale).items():
+                if args.case and name not in args.case:
+                    continue
+                wire, outcome, peak, worker = measure(proc.pid, make)
+                print(f"| {name} | {wire / MIB:.1f} MiB | {outcome} | {peak / MIB:.0f} MiB | {peak / wire:.1f}x | "
+                      + (f"{worker / MIB:.0f} MiB ({worker / wire:.1f}x)" if worker > 0 else "-") + " |", flush=True)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    sys.exit(0 if proc.returncode == 0 else 1)
+
+
+if __name__ == "__main__":
+    main()

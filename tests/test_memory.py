@@ -1,0 +1,95 @@
+"""Peak memory per request: what a large request raises the server's RSS by, against its wire size and
+against the memory budget that admitted it (``benchmarks/memory.py`` prints the same figures).
+
+The server's peak RSS (VmHWM) is reset before each request (``/proc/<pid>/clear_refs``), so each
+figure is that request's own peak. Before, framing a BYTES output built several arrays and a
+Python object per element (a flood of zero-length elements peaked at ~38x its wire size), and the
+budget counted ~160 bytes per element whatever its length, so requests of short strings that it
+admitted peaked at twice the memory it reserved for them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from onnx import TensorProto
+from tritonclient.utils import InferenceServerException
+
+from helpers import add_model, identity_model, start_server
+
+POOL = 160 * 2**20  # the budget: one request of short strings may hold this much, no more
+
+
+def _kib(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(field + ":"))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not Path("/proc/self/clear_refs").exists():
+        pytest.skip("needs Linux /proc to reset and read peak RSS")
+    repository = tmp_path_factory.mktemp("repo")
+    add_model(repository, "identity_bytes", identity_model(TensorProto.STRING, [None]),
+              "max_batch_size: 0\ninstance_group [{ count: 1, kind: KIND_CPU }]\n"
+              'input [{ name: "INPUT0", data_type: TYPE_STRING, dims: [-1] }]\n'
+              'output [{ name: "OUTPUT0", data_type: TYPE_STRING, dims: [-1] }]\n')
+    running = start_server(repository, tmp_path_factory.mktemp("logs"), "--max-request-decoded-bytes", str(POOL),
+                           "--request-memory-pool-bytes", str(POOL))
+    yield running
+    assert running.stop() == 0
+
+
+def _peak_growth(server, send) -> tuple[int, object]:
+    """(the server's peak RSS growth in bytes while ``send()`` ran, what it returned or raised)."""
+    pid = server.proc.pid
+    with open(f"/proc/{pid}/clear_refs", "w") as refs:
+        refs.write("5")  # VmHWM := VmRSS
+    before = _kib(pid, "VmRSS")
+    try:
+        outcome: object = send()
+    except InferenceServerException as err:
+        outcome = err
+    return (_kib(pid, "VmHWM") - before) * 1024, outcome
+
+
+def _bytes_input(count: int, element: bytes) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput("INPUT0", [count], "BYTES")
+    tensor.set_data_from_numpy(np.array([element] * count, dtype=object))
+    return tensor
+
+
+def test_a_flood_of_empty_elements_peaks_under_30x_its_wire_size(server) -> None:
+    """800,000 zero-length elements (3.2 MB). ONNX Runtime alone holds a 32-byte std::string per
+    element in and out (16x the wire size), so ~3x cannot be reached here; before, ~38x."""
+    count = 800_000
+    client = grpcclient.InferenceServerClient(server.url)
+    tensor = _bytes_input(count, b"")
+    wire = 4 * count
+    growth, outcome = _peak_growth(server, lambda: client.infer("identity_bytes", [tensor], client_timeout=600))
+    assert not isinstance(outcome, InferenceServerException), outcome
+    assert outcome.as_numpy("OUTPUT0").shape == (count,)  # type: ignore[attr-defined]
+    assert growth < 30 * wire, f"peak RSS grew {growth / 2**20:.0f} MiB for {wire / 2**20:.0f} MiB ({growth / wire:.1f}x)"
+
+
+def test_what_the_budget_admits_stays_within_it(server) -> None:
+    """Requests of 16-byte elements, each twice the last: every one the 160 MiB budget admits peaks
+    under it; the larger are RESOURCE_EXHAUSTED. Before, 800,000 elements were admitted and peaked
+    near 290 MB."""
+    client = grpcclient.InferenceServerClient(server.url)
+    outcomes = []
+    for count in (100_000, 200_000, 400_000, 800_000, 1_600_000):
+        tensor = _bytes_input(count, b"sixteen byte str")
+        growth, outcome = _peak_growth(server, lambda tensor=tensor: client.infer(
+            "identity_bytes", [tensor], client_timeout=600))
+        if isinstance(outcome, InferenceServerException):
+            assert outcome.status() == "StatusCode.RESOURCE_EXHAUSTED", outcome
+            outcomes.append((count, "refused"))
+            continue
+        assert outcome.as_numpy("OUTPUT0").shape == (count,)
+        assert growth <= POOL, f"{count} elements were admitted and peaked at {growth / 2**20:.0f} MiB, over the budget"
+        outcomes.append((count, "admitted"))
+    assert outcomes[0] == (100_000, "admitted") and outcomes[-1] == (1_600_000, "refused"), outcomes
