@@ -56,3 +56,12 @@ def test_storm_harness_prints_its_table() -> None:
     assert len(rows) == 8 and all("errors 0" in row for row in rows), done.stdout
     assert "StatusCode.INVALID_ARGUMENT" in next(r for r in rows if "shrunk" in r)
     assert "server alive: True" in done.stdout
+
+
+def test_memory_harness_prints_its_table() -> None:
+    """benchmarks/memory.py at 2 % size: a row per case with the peak RSS growth over the wire size."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "memory.py"), "--scale", "0.02"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and not line.startswith("| case")]
+    assert len(rows) == 7 and all(("| OK |" in row or "| HTTP 200 |" in row) and "x |" in row for row in rows), done.stdout
