@@ -3,7 +3,8 @@
 Starts a server with an FP32 and a BYTES identity model (any length) and sends, one at a time,
 large requests over gRPC and REST. For each it prints the bytes sent, the server's peak RSS growth
 during the request (VmHWM after minus VmRSS before, /proc; the peak is reset per case), that growth
-divided by the wire size, and the JSON worker process's own peak growth where one decoded it.
+divided by the wire size, and the JSON worker process's own peak growth where one decoded it (the
+worker is started before the first case).
 
 Usage: python benchmarks/memory.py [--scale 1] [--case NAME ...]
 """
@@ -131,6 +132,7 @@ def main() -> None:
                                    "--max-request-decoded-bytes", str(8 * 2**30),
                                    "--request-memory-pool-bytes", str(8 * 2**30))
         try:
+            rest_json_fp32(ports["http"], 300_000)[1]()  # starts the JSON worker process: its own start is not counted
             print("| case | wire | outcome | server peak RSS growth | / wire | JSON worker peak growth |")
             print("|---|---|---|---|---|---|")
             for name, make in cases(ports, args.scale).items():

@@ -3,9 +3,11 @@
 The cost of a request is an estimate of the memory it holds at its peak, made from its declared
 shapes and sizes before anything is decoded (calibrated with ``benchmarks/memory.py``):
 
-- the protobuf message ``MESSAGE_COPIES`` times (the received message, the raw entries read out of
-  it, the framework's receive buffer), and raw entries kept beside it (REST binary data, views of
-  the body) once;
+- the protobuf message ``MESSAGE_COPIES`` times (the framework's receive buffer, the parsed
+  message, the raw entries read out of it, and the outputs and their response, which are not known
+  before the model runs and are taken to be as large as the inputs, as an identity's are), and raw
+  entries kept beside it (REST binary data, views of the body) ``RAW_COPIES`` times (those views,
+  the outputs);
 - typed contents once more as arrays, and shared memory ranges (copied out);
 - for BYTES inputs, ``BYTES_ELEMENT_BYTES`` per element and ``BYTES_PAYLOAD_COPIES`` per byte of
   element text: every element becomes a Python ``bytes``, a ``str`` for ONNX Runtime, a
@@ -15,8 +17,7 @@ A request over the per-request limit (``--max-request-decoded-bytes``) is refuse
 would take the server's in-flight total over ``--request-memory-pool-bytes`` is refused too (not
 queued: the bytes it arrived with are freed at once, and the client retries; ``Retry-After`` over
 HTTP). Both are RESOURCE_EXHAUSTED / 413 (gRPC status codes: "some resource has been exhausted").
-Requests under 64 KiB on the wire are not counted (see ``request_cost``). Outputs are not known
-before the model runs and are not counted.
+Requests under 64 KiB on the wire are not counted (see ``request_cost``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ from kserve_v2.errors import TooLarge
 # 1 KiB elements.
 BYTES_ELEMENT_BYTES = 160
 BYTES_PAYLOAD_COPIES = 6
-MESSAGE_COPIES = 3
+# gRPC FP32 identity: peak 5.3-6.1x the message; REST binary FP32 identity: 2.0x the body
+MESSAGE_COPIES = 5
+RAW_COPIES = 2
 SMALL_BYTES = 1 << 16
 _SHM_SIZE = "shared_memory_byte_size"
 
@@ -49,16 +52,17 @@ def request_cost(request: pb.ModelInferRequest, uses_shared_memory: bool,
 
     The wire part is the message's serialized size (``ByteSize``: lengths only; reading a raw
     entry would copy it), counted ``MESSAGE_COPIES`` times, plus ``raw``, the raw entries kept
-    beside the message (REST), if any. The text of BYTES elements is bounded by the wire and
+    beside the message (REST), if any, counted ``RAW_COPIES`` times. The text of BYTES elements is bounded by the wire and
     shared memory sizes less their 4-byte prefixes. A request under ``SMALL_BYTES`` that reads no
     shared memory costs nothing here (its decoded size is bounded by ~41x its wire size, and walking its tensors
     would cost more than decoding them); ``uses_shared_memory``: client shared memory is on.
     """
     message = request.ByteSize()
-    wire = message + (sum(map(len, raw)) if raw else 0)
+    beside = sum(map(len, raw)) if raw else 0
+    wire = message + beside
     if wire < SMALL_BYTES and not uses_shared_memory:
         return 0, 0
-    total = wire + message * (MESSAGE_COPIES - 1)
+    total = message * MESSAGE_COPIES + beside * RAW_COPIES
     elements = shared = 0
     for tensor in request.inputs:
         count = 1
