@@ -1,10 +1,10 @@
 """Peak RSS per request against its wire size: how much memory one large request costs the server.
 
-Starts a server with an FP32 and a BYTES identity model (any length) and sends, one at a time,
-large requests over gRPC and REST. For each it prints the bytes sent, the server's peak RSS growth
+Starts a server with an FP32 and a BYTES identity model (any length) for each case (memory that
+an earlier case freed would hide growth) and sends one large request over gRPC or REST. For each it prints the bytes sent, the server's peak RSS growth
 during the request (VmHWM after minus VmRSS before, /proc; the peak is reset per case), that growth
 divided by the wire size, and the JSON worker process's own peak growth where one decoded it (the
-worker is started before the first case).
+worker is started before the case).
 
 Usage: python benchmarks/memory.py [--scale 1] [--case NAME ...]
 """
@@ -126,25 +126,32 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every element count")
     parser.add_argument("--case", action="append", help="run only these cases")
     args = parser.parse_args()
+    print("| case | wire | outcome | server peak RSS growth | / wire | JSON worker peak growth |")
+    print("|---|---|---|---|---|---|")
+    failed = False
     with tempfile.TemporaryDirectory() as tmp:
         repo = repository(Path(tmp))
-        proc, ports = start_server(repo, Path(tmp) / "server.log", "--http-max-input-size", str(128 * MIB),
-                                   "--max-request-decoded-bytes", str(8 * 2**30),
-                                   "--request-memory-pool-bytes", str(8 * 2**30))
-        try:
-            rest_json_fp32(ports["http"], 300_000)[1]()  # starts the JSON worker process: its own start is not counted
-            print("| case | wire | outcome | server peak RSS growth | / wire | JSON worker peak growth |")
-            print("|---|---|---|---|---|---|")
-            for name, make in cases(ports, args.scale).items():
-                if args.case and name not in args.case:
-                    continue
+        for name in cases({"grpc": 0, "http": 0}, args.scale):
+            if args.case and name not in args.case:
+                continue
+            # a fresh server per case: memory an earlier case freed (kept by the allocator) would hide growth
+            proc, ports = start_server(repo, Path(tmp) / f"{name}.log", "--http-max-input-size", str(128 * MIB),
+                                       "--max-request-decoded-bytes", str(8 * 2**30),
+                                       "--request-memory-pool-bytes", str(8 * 2**30))
+            try:
+                make = cases(ports, args.scale)[name]
+                grpc_bytes(ports["grpc"], 100, b"warm")[1]()
+                grpc_fp32(ports["grpc"], 100)[1]()
+                if name.startswith("rest-json"):
+                    rest_json_fp32(ports["http"], 300_000)[1]()  # starts the JSON worker: its own start is not counted
                 wire, outcome, peak, worker = measure(proc.pid, make)
                 print(f"| {name} | {wire / MIB:.1f} MiB | {outcome} | {peak / MIB:.0f} MiB | {peak / wire:.1f}x | "
                       + (f"{worker / MIB:.0f} MiB ({worker / wire:.1f}x)" if worker > 0 else "-") + " |", flush=True)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
-    sys.exit(0 if proc.returncode == 0 else 1)
+            finally:
+                proc.terminate()
+                proc.wait(timeout=60)
+            failed = failed or proc.returncode != 0
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -4,14 +4,15 @@ The cost of a request is an estimate of the memory it holds at its peak, made fr
 shapes and sizes before anything is decoded (calibrated with ``benchmarks/memory.py``):
 
 - the protobuf message ``MESSAGE_COPIES`` times (the framework's receive buffer, the parsed
-  message, the raw entries read out of it, and the outputs and their response, which are not known
-  before the model runs and are taken to be as large as the inputs, as an identity's are), and raw
-  entries kept beside it (REST binary data, views of the body) ``RAW_COPIES`` times (those views,
-  the outputs);
+  message, the raw entries read out of it, and the outputs, their bytes and their response,
+  which are not known before the model runs and are taken to be as large as the inputs, as an
+  identity's are), and raw entries kept beside it (REST binary data, views of the body)
+  ``RAW_COPIES`` times (those views, the outputs as arrays and as runtime tensors);
 - typed contents once more as arrays, and shared memory ranges (copied out);
-- for BYTES inputs, ``BYTES_ELEMENT_BYTES`` per element and ``BYTES_PAYLOAD_COPIES`` per byte of
-  element text: every element becomes a Python ``bytes``, a ``str`` for ONNX Runtime, a
-  ``std::string`` in the runtime's input and output tensors and a ``str`` again in the output.
+- for BYTES inputs, ``BYTES_ELEMENT_BYTES`` per element (array slots, ONNX Runtime's 32-byte
+  ``std::string`` in the input and output tensors), ``BYTES_OBJECT_BYTES`` per element that can
+  hold text (its Python ``bytes``, the ``str`` ONNX Runtime takes, the output's ``str``), and
+  ``BYTES_PAYLOAD_COPIES`` per byte of element text (those objects and strings hold it again).
 
 A request over the per-request limit (``--max-request-decoded-bytes``) is refused; a request that
 would take the server's in-flight total over ``--request-memory-pool-bytes`` is refused too (not
@@ -29,15 +30,14 @@ from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.datatypes import BY_V2, BYTES
 from kserve_v2.errors import TooLarge
 
-# Peak RSS of a string identity model, measured with benchmarks/memory.py: ~90 bytes per zero-length
-# element (object array slots of the input and its text, ONNX Runtime's 32-byte std::string per element
-# in and out, the output's slots), ~300 bytes per 16-byte element (20 on the wire), ~6.5x the text of
-# 1 KiB elements.
-BYTES_ELEMENT_BYTES = 160
-BYTES_PAYLOAD_COPIES = 6
-# gRPC FP32 identity: peak 5.3-6.1x the message; REST binary FP32 identity: 2.0x the body
-MESSAGE_COPIES = 5
-RAW_COPIES = 2
+# Peak RSS growth of a fresh server over one request to an identity model (benchmarks/memory.py): gRPC
+# FP32 7.4x the message, REST binary FP32 2.0x the body; BYTES: 4,000,000 empty elements 94 bytes each,
+# 1,000,000 x 16 bytes 400 bytes each (20 on the wire), 16,000 x 1 KiB 10x the wire.
+MESSAGE_COPIES = 8
+RAW_COPIES = 3
+BYTES_ELEMENT_BYTES = 120
+BYTES_OBJECT_BYTES = 100
+BYTES_PAYLOAD_COPIES = 8
 SMALL_BYTES = 1 << 16
 _SHM_SIZE = "shared_memory_byte_size"
 
@@ -79,7 +79,8 @@ def request_cost(request: pb.ModelInferRequest, uses_shared_memory: bool,
             shared += max(getattr(parameter, parameter.WhichOneof("parameter_choice")), 0)
     total += shared
     if elements:
-        total += max(wire + shared - 4 * elements, 0) * BYTES_PAYLOAD_COPIES
+        text = max(wire + shared - 4 * elements, 0)
+        total += min(elements, text) * BYTES_OBJECT_BYTES + text * BYTES_PAYLOAD_COPIES
     return total, elements
 
 
