@@ -39,8 +39,8 @@ def server(tmp_path_factory):
     for name, config in CONFIGS.items():
         add_model(repository, name, SLOW, config)
     add_model(repository, "slow_queue", SLOW, QUEUE_OF_ONE)
-    running = start_server(repository, tmp_path_factory.mktemp("logs"), "--max-request-decoded-bytes", "35000000",
-                           "--request-memory-pool-bytes", "40000000")
+    running = start_server(repository, tmp_path_factory.mktemp("logs"), "--max-request-decoded-bytes", "40000000",
+                           "--request-memory-pool-bytes", "45000000")
     yield running
     assert running.stop() == 0
 
@@ -81,7 +81,7 @@ def test_an_expired_request_leaves_the_batch_queue_at_once(server) -> None:
 
 
 def test_the_request_memory_pool_refuses_what_does_not_fit(server) -> None:
-    """40 MB pool: while a 4 MB gRPC request runs (costed 8 times its message: ~34 MB), a second one,
+    """45 MB pool: while a 4 MB gRPC request runs (costed 9 times its message: ~38 MB), a second one,
     or a 4 MB REST one (3 times its binary data: ~12.6 MB), is RESOURCE_EXHAUSTED (413 + Retry-After
     over HTTP); a small one still runs."""
     client = grpcclient.InferenceServerClient(server.url)
@@ -101,7 +101,7 @@ def test_the_request_memory_pool_refuses_what_does_not_fit(server) -> None:
         urllib.request.urlopen(request, timeout=30)
     assert refused.value.code == 413 and refused.value.headers["Retry-After"] == "1"
     assert client.infer("slow", _input(1), client_timeout=30).as_numpy("OUTPUT0").shape == (1, 512)
-    with pytest.raises(InferenceServerException) as err:  # over the 35 MB per-request limit, whatever runs
+    with pytest.raises(InferenceServerException) as err:  # over the 40 MB per-request limit, whatever runs
         client.infer("slow", _input(4096), client_timeout=30)
     assert err.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
 
@@ -141,3 +141,6 @@ def test_a_rest_client_that_disconnects_frees_the_instance(server, model) -> Non
     assert np.allclose(answer["outputs"][0]["data"], 1.0, atol=1e-3)
     assert waited < 2.5, f"the next request waited {waited:.2f} s after the client disconnected"
     assert "Exception in ASGI application" not in server.log()  # the cancellation ends the request quietly
+    with urllib.request.urlopen(f"http://{server.http_url}/metrics", timeout=30) as response:
+        metrics = response.read().decode()
+    assert f'http_requests_total{{method="POST",model="{model}",path="/v2/models/{{model}}/infer",status="499"}}' in metrics

@@ -13,6 +13,7 @@ metrics, docs and status requests, ``/`` and CORS preflights are not counted (SI
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import re
 import time
@@ -113,6 +114,9 @@ class HttpMetricsMiddleware:
         started = time.perf_counter()
         try:
             await self.app(scope, receive, send_status)
+        except asyncio.CancelledError:
+            status[0] = "499"  # the client went away (transcoding.http_limits cancels its request)
+            raise
         finally:
             in_flight.dec()
             if state.get("model"):
