@@ -96,8 +96,8 @@ def _parser() -> argparse.ArgumentParser:
     flag("http-max-input-size", defaults.http_max_input_size,
          "largest HTTP request body in bytes, after decompression (larger gets 413)", type=int)
     flag("max-request-decoded-bytes", defaults.max_request_decoded_bytes,
-         "most bytes one inference request may take once decoded (its tensors, plus per-element costs of BYTES "
-         "tensors); more gets RESOURCE_EXHAUSTED / 413", type=int)
+         "most bytes one inference request may hold at its peak, as estimated before decoding (its tensors' "
+         "copies, plus per-element costs of BYTES tensors); more gets RESOURCE_EXHAUSTED / 413", type=int)
     flag("request-memory-pool-bytes", defaults.request_memory_pool_bytes,
          "most bytes all inference requests in flight may take together once decoded; a request that does "
          "not fit gets RESOURCE_EXHAUSTED / 413 with Retry-After (it is not queued)", type=int)
