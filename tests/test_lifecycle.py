@@ -156,3 +156,22 @@ def test_asyncio_event_loop_serves_and_drains(tmp_path) -> None:
     finally:
         assert server.stop() == 0
     assert "server stopped" in server.log()
+
+
+def test_a_load_whose_client_gives_up_still_finishes(tmp_path) -> None:
+    repository = tmp_path / "repo"
+    add_model(repository, "slow_to_load", slow_loading_model())
+    server = start_server(repository, tmp_path, "--model-control-mode", "explicit")
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            with pytest.raises(InferenceServerException, match="Deadline Exceeded"):
+                client.load_model("slow_to_load", client_timeout=0.2)  # the load outlives its caller
+            deadline = time.monotonic() + 60
+            while not client.is_model_ready("slow_to_load") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert [m.state for m in client.get_model_repository_index().models] == ["READY"], server.log()
+            data = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
+            data.set_data_from_numpy(np.ones((1, 4), np.float32))
+            assert client.infer("slow_to_load", [data]).as_numpy("OUTPUT0").shape == (1, 4)
+    finally:
+        assert server.stop() == 0

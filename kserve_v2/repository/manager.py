@@ -18,10 +18,11 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kserve_v2 import ensemble
 from kserve_v2._proto import model_config_pb2 as mc
@@ -94,7 +95,7 @@ class ModelManager:
         self._records: dict[str, ModelRecord] = {}
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # name -> (lock, calls holding or awaiting it)
         self._startup: set[str] = set()
-        self._retiring: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[None]] = set()  # retiring versions, loads and unloads left by their callers
         self.step_runner: ensemble.StepRunner | None = None  # the inference call ensemble steps go through
 
     def model_names(self) -> list[str]:
@@ -125,6 +126,9 @@ class ModelManager:
             InternalError: no such folder ("failed to poll from model repository"), or nothing
                 could be loaded ("failed to load '<m>': <reason>") -> INTERNAL.
         """
+        await self._to_the_end(self._load(name, overrides, _chain))
+
+    async def _load(self, name: str, overrides: LoadOverrides | None, _chain: tuple[str, ...]) -> None:
         layout.validate_model_name(name)
         overrides = overrides or LoadOverrides()
         async with self._locked(name):
@@ -249,6 +253,9 @@ class ModelManager:
         Unloading a model that is not loaded succeeds (Triton). Names are not traversal-checked
         here: nothing touches the file system.
         """
+        await self._to_the_end(self._unload(name))
+
+    async def _unload(self, name: str) -> None:
         async with self._locked(name):
             record = self._records.get(name)
             self._startup.discard(name)  # unloaded on purpose: readiness no longer waits for it
@@ -284,10 +291,24 @@ class ModelManager:
             del self._records[name]
             self._on_change()
 
+    async def _to_the_end(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run a load or unload to its end even when its caller is cancelled (a client that gives
+        up or times out must not leave versions LOADING or UNLOADING, or a loaded session with no
+        record); the caller still sees its own cancellation, and the server's exit waits for it."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._settled)
+        await asyncio.shield(task)
+
+    def _settled(self, task: asyncio.Task[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved here: a failed load has been logged and raised to its caller
+
     def _retire(self, model: ModelVersion) -> None:
         task = asyncio.get_running_loop().create_task(self._close(model))
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
+        self._background.add(task)
+        task.add_done_callback(self._settled)
 
     @staticmethod
     async def _close(model: ModelVersion) -> None:
@@ -300,8 +321,8 @@ class ModelManager:
         """Unload every version (server exit)."""
         for name in list(self._records):
             await self.unload(name)
-        if self._retiring:
-            await asyncio.gather(*self._retiring)
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
 
     # ---- queries -------------------------------------------------------------------------
 
