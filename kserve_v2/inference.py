@@ -61,15 +61,18 @@ def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: Share
         NotFound: an unregistered shared memory region -> NOT_FOUND.
     """
     parameters: dict[str, Parameter] = {}
-    for key, value in request.parameters.items():
-        if key.startswith(_RESERVED_PREFIX):
-            if key not in _KNOWN_RESERVED:
-                raise InvalidInput(f"parameter '{key}' is reserved and not recognised")
-            continue
-        choice = value.WhichOneof("parameter_choice")
-        if choice is not None:
-            parameters[key] = getattr(value, choice)
-    feeds = _decode_inputs(request, spec, memory, request.raw_input_contents if raw is None else raw)
+    if len(request.parameters):
+        for key, value in request.parameters.items():
+            if key.startswith(_RESERVED_PREFIX):
+                if key not in _KNOWN_RESERVED:
+                    raise InvalidInput(f"parameter '{key}' is reserved and not recognised")
+                continue
+            choice = value.WhichOneof("parameter_choice")
+            if choice is not None:
+                parameters[key] = getattr(value, choice)
+    # Repeated fields are read by slicing: a ``for`` loop over a upb container ends on an IndexError
+    # whose message is formatted, and ``list()`` of one does the same.
+    feeds = _decode_inputs(request.inputs[:], spec, memory, request.raw_input_contents if raw is None else raw)
     batch_size = _batch_size(feeds, spec)
     for tensor in spec.inputs:
         if tensor.reshape is not None and tensor.name in feeds:
@@ -92,22 +95,27 @@ def encode_response(request: pb.ModelInferRequest, spec: ModelSpec, version: int
         InvalidInput: an output larger than its shared memory range.
     """
     response = pb.ModelInferResponse(model_name=spec.name, model_version=str(version), id=request.id)
+    described_outputs = response.outputs
+    placed = decoded.output_memory
     shaped = []
+    contents: list[bytes] = []
     for tensor, array in zip(decoded.outputs, arrays, strict=True):
         if tensor.reshape is not None and list(tensor.dims).count(-1) <= 1:
             batch = [array.shape[0]] if spec.max_batch_size > 0 and array.ndim else []
             array = array.reshape(batch + list(tensor.dims))
         shaped.append(array)
-        out = response.outputs.add(name=tensor.name, datatype=tensor.dtype.v2, shape=array.shape)
-        if tensor.name in decoded.output_memory:
-            target, described = decoded.output_memory[tensor.name]
+        out = described_outputs.add(name=tensor.name, datatype=tensor.dtype.v2, shape=array.shape)
+        if placed and tensor.name in placed:
+            target, described = placed[tensor.name]
             _write(target, array, tensor)
             for key, value in described.parameters.items():
                 out.parameters[key].CopyFrom(value)
             if raw:
-                response.raw_output_contents.append(b"")
+                contents.append(b"")
         elif raw:
-            response.raw_output_contents.append(to_raw(array, tensor.dtype))
+            contents.append(to_raw(array, tensor.dtype))
+    if contents:
+        response.raw_output_contents.extend(contents)
     return response, shaped
 
 
@@ -120,26 +128,30 @@ def _write(target: RegionRange, array: np.ndarray, tensor: TensorSpec) -> None:
     target.write(memoryview(data.reshape(-1).view(np.uint8)))
 
 
-def _decode_inputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None,
-                   raw: Sequence[Buffer]) -> dict[str, np.ndarray]:
+def _decode_inputs(inputs: list[pb.ModelInferRequest.InferInputTensor], spec: ModelSpec,
+                   memory: SharedMemoryRegistry | None, raw: Sequence[Buffer]) -> dict[str, np.ndarray]:
     by_name = spec.inputs_by_name
-    in_memory = [_memory_reference(sent.parameters, f"input '{sent.name}'", memory) for sent in request.inputs]
-    for sent, reference in zip(request.inputs, in_memory, strict=True):  # before any count (Triton's order)
-        if sent.HasField("contents") and reference is not None:
-            raise InvalidInput(f"unexpected 'content' provided when using shared memory for input tensor "
-                               f"'{sent.name}' for model '{spec.name}'")
-        if sent.HasField("contents") and raw:
-            raise InvalidInput(f"contents field must not be specified when using raw_input_contents for "
-                               f"'{sent.name}' for model '{spec.name}'")
-    expected = sum(reference is None for reference in in_memory)
-    if raw and len(raw) != expected:
+    # (region, offset, byte_size) of each input read from shared memory, None for the others
+    in_memory = [_memory_reference(sent.parameters, f"input '{sent.name}'", memory) if len(sent.parameters) else None
+                 for sent in inputs]
+    raw_count = len(raw)
+    for sent, reference in zip(inputs, in_memory, strict=True):  # before any count (Triton's order)
+        if sent.HasField("contents"):
+            if reference is not None:
+                raise InvalidInput(f"unexpected 'content' provided when using shared memory for input tensor "
+                                   f"'{sent.name}' for model '{spec.name}'")
+            if raw_count:
+                raise InvalidInput(f"contents field must not be specified when using raw_input_contents for "
+                                   f"'{sent.name}' for model '{spec.name}'")
+    expected = in_memory.count(None)
+    if raw_count and raw_count != expected:
         raise InvalidInput(
             f"expected {expected} entries in raw_input_contents (one per input not in shared memory) "
-            f"for model '{spec.name}', got {len(raw)}"
+            f"for model '{spec.name}', got {raw_count}"
         )
     raw_index = 0
     feeds: dict[str, np.ndarray] = {}
-    for sent, reference in zip(request.inputs, in_memory, strict=True):
+    for sent, reference in zip(inputs, in_memory, strict=True):
         name = sent.name
         tensor = by_name.get(name)
         if tensor is None:
@@ -151,23 +163,24 @@ def _decode_inputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: Share
                 f"inference input '{name}' data-type is '{sent.datatype}', "
                 f"but model '{spec.name}' expects '{tensor.dtype.v2}'"
             )
-        shape = list(sent.shape)
+        shape = sent.shape[:]
         spec.check_shape(tensor, shape)
         what = f"input '{name}' for model '{spec.name}'"
         if reference is not None and memory is not None:
             feeds[name] = from_raw(memory.slice(*reference).read(), tensor.dtype, shape, what)
-        elif raw:
+        elif raw_count:
             feeds[name] = from_raw(raw[raw_index], tensor.dtype, shape, what)
             raw_index += 1
         else:
             feeds[name] = _from_typed_contents(sent, tensor, shape, what)
-    missing = [t.name for t in spec.inputs if t.name not in feeds and not t.optional]
-    if missing:
-        raise InvalidInput(
-            f"expected {len(spec.inputs)} inputs but got {len(feeds)} inputs for model '{spec.name}'. "
-            f"Got input(s) {sorted(feeds)}, but missing required input(s) {missing}. "
-            "Please provide all required input(s)."
-        )
+    if len(feeds) < len(spec.inputs):
+        missing = [t.name for t in spec.inputs if t.name not in feeds and not t.optional]
+        if missing:
+            raise InvalidInput(
+                f"expected {len(spec.inputs)} inputs but got {len(feeds)} inputs for model '{spec.name}'. "
+                f"Got input(s) {sorted(feeds)}, but missing required input(s) {missing}. "
+                "Please provide all required input(s)."
+            )
     return feeds
 
 
@@ -186,10 +199,11 @@ def _from_typed_contents(sent: pb.ModelInferRequest.InferInputTensor, tensor: Te
 def _batch_size(feeds: dict[str, np.ndarray], spec: ModelSpec) -> int:
     if spec.max_batch_size == 0:
         return 1
-    sizes = {name: array.shape[0] for name, array in feeds.items()}
-    if len(set(sizes.values())) > 1:
-        raise InvalidInput(f"inputs of one request for model '{spec.name}' have different batch sizes: {sizes}")
-    return next(iter(sizes.values()), 0)
+    sizes = {array.shape[0] for array in feeds.values()}
+    if len(sizes) > 1:
+        by_name = {name: array.shape[0] for name, array in feeds.items()}
+        raise InvalidInput(f"inputs of one request for model '{spec.name}' have different batch sizes: {by_name}")
+    return sizes.pop() if sizes else 0
 
 
 def _reshape(array: np.ndarray, reshape: tuple[int, ...], spec: ModelSpec, name: str) -> np.ndarray:
@@ -225,24 +239,29 @@ def _memory_reference(parameters: Mapping[str, pb.InferParameter], what: str, me
 def _requested_outputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None
                        ) -> tuple[list[TensorSpec], dict[str, tuple[RegionRange, pb.ModelInferResponse.InferOutputTensor]]]:
     placed: dict[str, tuple[RegionRange, pb.ModelInferResponse.InferOutputTensor]] = {}
-    if not request.outputs:
+    requested = request.outputs[:]
+    if not requested:
         return list(spec.outputs), placed
     by_name = spec.outputs_by_name
     chosen: list[TensorSpec] = []
-    for wanted in request.outputs:
-        tensor = by_name.get(wanted.name)
+    names: set[str] = set()
+    for wanted in requested:
+        name = wanted.name
+        tensor = by_name.get(name)
         if tensor is None:
-            raise InvalidInput(f"unexpected inference output '{wanted.name}' for model '{spec.name}'")
-        if tensor in chosen:
-            raise InvalidInput(f"output '{wanted.name}' is requested more than once for model '{spec.name}'")
-        if "classification" in wanted.parameters:
-            raise Unsupported("the classification extension is not supported")
-        reference = _memory_reference(wanted.parameters, f"output '{wanted.name}'", memory)
-        if reference is not None and memory is not None:
-            described = pb.ModelInferResponse.InferOutputTensor()
-            for key in _SHM_PARAMETERS:
-                if key in wanted.parameters:
-                    described.parameters[key].CopyFrom(wanted.parameters[key])
-            placed[wanted.name] = (memory.slice(*reference), described)
+            raise InvalidInput(f"unexpected inference output '{name}' for model '{spec.name}'")
+        if name in names:
+            raise InvalidInput(f"output '{name}' is requested more than once for model '{spec.name}'")
+        if len(wanted.parameters):
+            if "classification" in wanted.parameters:
+                raise Unsupported("the classification extension is not supported")
+            reference = _memory_reference(wanted.parameters, f"output '{name}'", memory)
+            if reference is not None and memory is not None:
+                described = pb.ModelInferResponse.InferOutputTensor()
+                for key in _SHM_PARAMETERS:
+                    if key in wanted.parameters:
+                        described.parameters[key].CopyFrom(wanted.parameters[key])
+                placed[name] = (memory.slice(*reference), described)
         chosen.append(tensor)
+        names.add(name)
     return chosen, placed
