@@ -17,11 +17,11 @@ device). The V2 infer API is endpoint ``infer``; the semantic routes name theirs
 
 from __future__ import annotations
 
-import bisect
 import itertools
 from collections import defaultdict
 from collections.abc import Iterator
 
+import numpy as np
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric,
                                    UnknownMetricFamily)
@@ -48,6 +48,11 @@ ENDPOINT = "infer"
 # SIE phase -> index in (batch_size, total, queue, input, infer, output); names as in the timing headers
 SIE_PHASES = (("queue", 2), ("tokenization", 3), ("inference", 4), ("postprocessing", 5), ("total", 1))
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# successes whose numbers are kept before they are added to the series (and at every scrape)
+FOLD_REQUESTS = 1024
+_COLUMNS = 8
+# SIE_PHASES' index (into batch size, total, queue, input, infer, output) -> column of a row's observations
+_DURATION_COLUMNS = (0, 3, 4, 5, 6, 7)
 _REASONS = {ErrorCode.UNAVAILABLE: "REJECTED", ErrorCode.CANCELLED: "CANCELED", ErrorCode.INTERNAL: "BACKEND"}
 
 
@@ -71,9 +76,8 @@ class InferenceMetrics(Collector):
             lambda: [0.0] * (len(LATENCY_BUCKETS) + 2))
         self._batches: defaultdict[str, list[float]] = defaultdict(lambda: [0.0] * (len(BATCH_BUCKETS) + 2))
         self._tokens: defaultdict[str, int] = defaultdict(int)
-        # per (model, version, endpoint): the slots above that a success updates, looked up once
-        self._rows: dict[tuple[str, str, str], tuple[list[float], list[float], list[tuple[list[float], int]],
-                                                      list[float]]] = {}
+        # per (model, version, endpoint): the slots above that a success updates, and its observations
+        self._rows: dict[tuple[str, str, str], _Row] = {}
         registry.register(self)
 
     def started(self, model: str, version: str) -> None:
@@ -82,30 +86,47 @@ class InferenceMetrics(Collector):
 
     def succeeded(self, model: str, version: str, endpoint: str, batch_size: int, executions: int, tokens: int,
                   total_ns: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """Account a successful request (durations in ns; exported in us, latency in s)."""
+        """Account a successful request (durations in ns; exported in us, latency in s).
+
+        The request's numbers are appended to its row and folded into the counters and histogram
+        buckets in bulk (``_fold``: at every scrape, and every ``FOLD_REQUESTS`` requests).
+        """
+        self._pending[(model, version)] -= 1
+        row = self._rows.get((model, version, endpoint))
+        if row is None:
+            row = self._rows[(model, version, endpoint)] = self._row(model, version, endpoint)
+        observed = row.observed
+        observed += (batch_size, executions, tokens, total_ns, queue_ns, input_ns, infer_ns, output_ns)
+        if len(observed) >= FOLD_REQUESTS * _COLUMNS:
+            self._fold(row)
+
+    def _row(self, model: str, version: str, endpoint: str) -> _Row:
         key = (model, version)
-        self._pending[key] -= 1
-        rows = self._rows.get((model, version, endpoint))
-        if rows is None:
-            rows = self._rows[(model, version, endpoint)] = (
-                self._values[key], self._latency[key], [(self._phases[(model, endpoint, phase)], index)
-                                                        for phase, index in SIE_PHASES], self._batches[model])
-        v, latency, phases, batches = rows
-        v[0] += 1
-        v[1] += batch_size
-        v[2] += executions
-        v[3] += total_ns / 1000
-        v[4] += queue_ns / 1000
-        v[5] += input_ns / 1000
-        v[6] += infer_ns / 1000
-        v[7] += output_ns / 1000
-        _observe(latency, LATENCY_BUCKETS, total_ns / 1e9)
-        durations = (batch_size, total_ns, queue_ns, input_ns, infer_ns, output_ns)
-        for counts, index in phases:
-            _observe(counts, LATENCY_BUCKETS, durations[index] / 1e9)
-        _observe(batches, BATCH_BUCKETS, batch_size)
-        self._requests[(model, endpoint, "ok")] += 1
-        self._tokens[model] += tokens
+        return _Row(model, endpoint, self._values[key], self._latency[key],
+                    [(self._phases[(model, endpoint, phase)], _DURATION_COLUMNS[index]) for phase, index in SIE_PHASES],
+                    self._batches[model])
+
+    def _fold(self, row: _Row) -> None:
+        """Add a row's observations to the counters and histograms."""
+        if not row.observed:
+            return
+        data = np.array(row.observed, dtype=np.float64).reshape(-1, _COLUMNS)
+        row.observed.clear()
+        sums = data.sum(axis=0).tolist()
+        count = len(data)
+        v = row.values
+        v[0] += count
+        v[1] += sums[0]
+        v[2] += sums[1]
+        for column in range(3, _COLUMNS):  # the durations: the same slots of the Triton families, in us
+            v[column] += sums[column] / 1000
+        seconds = data[:, 3:] / 1e9
+        _observe_all(row.latency, LATENCY_BUCKETS, seconds[:, 0])
+        for counts, column in row.phases:
+            _observe_all(counts, LATENCY_BUCKETS, seconds[:, column - 3])
+        _observe_all(row.batches, BATCH_BUCKETS, data[:, 0])
+        self._requests[(row.model, row.endpoint, "ok")] += count
+        self._tokens[row.model] += int(sums[2])
 
     def failed(self, model: str, version: str, endpoint: str, code: ErrorCode, total_ns: int) -> None:
         """Account a failed request under Triton's failure reason for its error class."""
@@ -115,7 +136,9 @@ class InferenceMetrics(Collector):
         self._failures[(model, version, _REASONS.get(code, "OTHER"))] += 1
 
     def collect(self) -> Iterator[Metric]:
-        """Called by the registry at each scrape."""
+        """Called by the registry at each scrape (on the event loop, as the updates)."""
+        for row in self._rows.values():
+            self._fold(row)
         for index, (name, text) in enumerate(FAMILIES):
             family = UnknownMetricFamily(name, text, labels=LABELS)
             for (model, version), values in self._values.items():
@@ -177,10 +200,26 @@ class ModelStateCollector(Collector):
         yield memory
 
 
-def _observe(counts: list[float], bounds: tuple[float, ...], value: float) -> None:
-    """Count ``value`` in its ``le`` bucket (the slot after the bounds is +Inf) and add it to the sum (last slot)."""
-    counts[bisect.bisect_left(bounds, value)] += 1
-    counts[-1] += value
+class _Row:
+    """The series one (model, version, endpoint) success updates, and its observations not yet
+    added to them: ``_COLUMNS`` numbers a request (batch size, executions, tokens, then the
+    durations in ns: total, queue, input, infer, output)."""
+
+    __slots__ = ("model", "endpoint", "values", "latency", "phases", "batches", "observed")
+
+    def __init__(self, model: str, endpoint: str, values: list[float], latency: list[float],
+                 phases: list[tuple[list[float], int]], batches: list[float]) -> None:
+        self.model, self.endpoint = model, endpoint
+        self.values, self.latency, self.phases, self.batches = values, latency, phases, batches
+        self.observed: list[int] = []
+
+
+def _observe_all(counts: list[float], bounds: tuple[float, ...], values: np.ndarray) -> None:
+    """Count each value in its ``le`` bucket (the slot after the bounds is +Inf) and add them to the sum (last slot)."""
+    buckets = np.bincount(np.searchsorted(bounds, values, side="left"), minlength=len(bounds) + 1)
+    for index, count in enumerate(buckets.tolist()):
+        counts[index] += count
+    counts[-1] += float(values.sum())
 
 
 def _histogram(name: str, text: str, labels: list[str], bounds: tuple[float, ...],
