@@ -61,15 +61,16 @@ def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: Share
         NotFound: an unregistered shared memory region -> NOT_FOUND.
     """
     parameters: dict[str, Parameter] = {}
-    if len(request.parameters):
-        for key, value in request.parameters.items():
-            if key.startswith(_RESERVED_PREFIX):
-                if key not in _KNOWN_RESERVED:
-                    raise InvalidInput(f"parameter '{key}' is reserved and not recognised")
-                continue
-            choice = value.WhichOneof("parameter_choice")
-            if choice is not None:
-                parameters[key] = getattr(value, choice)
+    given = request.parameters
+    for key in given:  # keys alone: a value is read only when it is kept (reading items builds each value)
+        if key.startswith(_RESERVED_PREFIX):
+            if key not in _KNOWN_RESERVED:
+                raise InvalidInput(f"parameter '{key}' is reserved and not recognised")
+            continue
+        value = given[key]
+        choice = value.WhichOneof("parameter_choice")
+        if choice is not None:
+            parameters[key] = getattr(value, choice)
     # Repeated fields are read by slicing: a ``for`` loop over a upb container ends on an IndexError
     # whose message is formatted, and ``list()`` of one does the same.
     feeds = _decode_inputs(request.inputs[:], spec, memory, request.raw_input_contents if raw is None else raw)

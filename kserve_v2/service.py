@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -35,12 +36,16 @@ from kserve_v2.tracing import Tracing
 EXTENSIONS = ("model_repository", "model_repository(unload_dependents)", "model_configuration",
               "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "sequence", "trace", "logging")
 SHM_EXTENSION = "system_shared_memory"
+_UNRESERVED = nullcontext()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestReport:
     """Where one request's time went (ns, the phases of ModelStatistics), the tokens a text model
-    processed, the trace id (or None), and the output arrays when asked for (``raw_outputs=False``)."""
+    processed, the trace id (or None), and the output arrays when asked for (``raw_outputs=False``).
+
+    Not frozen: a frozen dataclass sets each field through ``object.__setattr__``, which costs
+    microseconds per request; callers only read it."""
 
     total_ns: int
     queue_ns: int
@@ -230,7 +235,8 @@ class InferenceService:
             self._metrics.started(model.name, version)
         try:
             cost, elements = request_cost(request, self._memory is not None, raw_inputs)
-            with self._budget.reserve(cost, model.name):
+            # a request that costs nothing here cannot fail the budget: no reservation to hold
+            with self._budget.reserve(cost, model.name) if cost else _UNRESERVED:
                 decoded = await in_thread(is_heavy(cost, elements), decode_request, request, model.spec, self._memory,
                                           raw_inputs)
                 decoded_at = time.perf_counter_ns()
@@ -504,7 +510,12 @@ class InferenceService:
 
 def _heavy(arrays: list[np.ndarray]) -> bool:
     """Whether encoding these outputs leaves the event loop (``kserve_v2.offload``)."""
-    return is_heavy(sum(a.nbytes for a in arrays), sum(a.size for a in arrays if a.dtype == object))
+    nbytes = elements = 0
+    for array in arrays:
+        nbytes += array.nbytes
+        if array.dtype.hasobject:
+            elements += array.size
+    return is_heavy(nbytes, elements)
 
 
 def _model_name(request: pb.RepositoryModelLoadRequest | pb.RepositoryModelUnloadRequest) -> str:
