@@ -37,12 +37,18 @@ class Cancellation:
         hook()
 
 
-_local = threading.local()
+class _Current(threading.local):
+    # a class default: a thread that never set one reads None without an AttributeError
+    # (``getattr`` with a default builds the error and its message first)
+    cancellation: Cancellation | None = None
+
+
+_local = _Current()
 
 
 def current() -> Cancellation | None:
     """The cancellation of the execution running on this thread, if any."""
-    return getattr(_local, "cancellation", None)
+    return _local.cancellation
 
 
 def running(cancellation: Cancellation | None) -> None:
