@@ -57,6 +57,7 @@ class Ceiling(pb_grpc.GRPCInferenceServiceServicer):
         self._configs = configs(repository)
         self._metadata = {name: metadata(config) for name, config in self._configs.items()}
         self._simple = simple_response()
+        self._answered = 0
 
     async def ServerLive(self, request, context):
         return pb.ServerLiveResponse(live=True)
@@ -69,7 +70,7 @@ class Ceiling(pb_grpc.GRPCInferenceServiceServicer):
 
     async def ModelStatistics(self, request, context):
         response = pb.ModelStatisticsResponse()
-        response.model_stats.add(name=request.name, version="1")
+        response.model_stats.add(name=request.name, version="1").inference_stats.success.count = self._answered
         return response
 
     async def ModelReady(self, request, context):
@@ -82,6 +83,7 @@ class Ceiling(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ModelConfigResponse(config=self._configs[request.name])
 
     async def ModelInfer(self, request, context):
+        self._answered += 1
         if request.model_name == "simple":
             return self._simple
         response = pb.ModelInferResponse(model_name=request.model_name, model_version="1", id=request.id)

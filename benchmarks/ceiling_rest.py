@@ -3,7 +3,9 @@
 POST /v2/models/{model}/infer reads the body, ``json.loads`` its JSON part and answers: `simple`
 with a response prepared at start (JSON data), `identity_fp32` with its binary input echoed as a
 binary output (Triton's binary tensor data extension). Metadata, config and statistics routes
-answer prepared JSON so perf_analyzer can drive it. No routing table, middleware or validation.
+answer prepared JSON so perf_analyzer can drive it; statistics give the number of infer requests
+answered as the success count (``cpu_per_request.py`` divides by it). No routing table,
+middleware or validation.
 
 Usage: python benchmarks/ceiling_rest.py --port N --repository examples/model_repository
 """
@@ -29,10 +31,6 @@ def prepared(repository: Path) -> dict[str, bytes]:
     for name, config in configs(repository).items():
         answers[f"/v2/models/{name}"] = json.dumps(message_to_json(metadata(config))).encode()
         answers[f"/v2/models/{name}/config"] = json.dumps(message_to_json(config)).encode()
-        stats = pb.ModelStatisticsResponse()
-        stats.model_stats.add(name=name, version="1")
-        answers[f"/v2/models/{name}/stats"] = answers[f"/v2/models/{name}/versions/1/stats"] = json.dumps(
-            message_to_json(stats)).encode()
         answers[f"/v2/models/{name}/ready"] = b""
     answers["/v2/health/ready"] = answers["/v2/health/live"] = b""
     answers["/v2"] = json.dumps({"name": "ceiling", "version": "0", "extensions": []}).encode()
@@ -42,13 +40,23 @@ def prepared(repository: Path) -> dict[str, bytes]:
     return answers
 
 
+def statistics(name: str, answered: int) -> bytes:
+    """Statistics of one model: ``answered`` successes."""
+    stats = pb.ModelStatisticsResponse()
+    stats.model_stats.add(name=name, version="1").inference_stats.success.count = answered
+    return json.dumps(message_to_json(stats)).encode()
+
+
 def application(answers: dict[str, bytes]):
+    answered = [0]
+
     async def app(scope, receive, send) -> None:
         if scope["type"] != "http":
             return
         path = scope["path"]
         if scope["method"] == "GET":
-            body = answers.get(path)
+            parts = path.split("/")  # /v2/models/<name>/stats or /v2/models/<name>/versions/1/stats
+            body = statistics(parts[3], answered[0]) if path.endswith("/stats") and len(parts) > 3 else answers.get(path)
             await send({"type": "http.response.start", "status": 200 if body is not None else 404, "headers": JSON})
             await send({"type": "http.response.body", "body": body or b""})
             return
@@ -59,6 +67,7 @@ def application(answers: dict[str, bytes]):
             if not message.get("more_body"):
                 break
         data = b"".join(chunks)
+        answered[0] += 1
         length = dict(scope["headers"]).get(b"inference-header-content-length")
         split = int(length) if length else len(data)
         header = json.loads(data[:split])
