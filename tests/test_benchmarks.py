@@ -65,3 +65,16 @@ def test_memory_harness_prints_its_table() -> None:
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and not line.startswith("| case")]
     assert len(rows) == 7 and all(("| OK |" in row or "| HTTP 200 |" in row) and "x |" in row for row in rows), done.stdout
+
+
+def test_cpu_per_request_harness_prints_its_table() -> None:
+    """benchmarks/cpu_per_request.py: a row per server with CPU time per request, from a real perf_analyzer load."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu_per_request.py"), "--protocols", "grpc",
+                           "--rounds", "1", "--seconds", "1"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = {cells[1]: cells[2:] for cells in ([c.strip() for c in line.split("|")[1:-1]] for line in done.stdout.splitlines()
+                                              if line.startswith("| grpc"))}
+    assert list(rows) == ["ours", "ceiling grpc"], done.stdout
+    for total, loop_thread, others, rate in rows.values():
+        assert float(total.split(" (")[0]) > 0 and float(loop_thread) > 0 and float(others) >= 0
+        assert float(rate.replace(",", "")) > 0  # the server answered the load
