@@ -14,32 +14,91 @@ metrics, docs and status requests, ``/`` and CORS preflights are not counted (SI
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
+import itertools
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 EXCLUDED_PREFIXES = ("/v2/health/", "/metrics", "/docs", "/api-doc/", "/status", "/ws/")
 EXCLUDED_PATHS = frozenset({"/"})
 _CONVERTER = re.compile(r"\{(\w+):\w+\}")  # "{model:path}" -> "{model}": the template users see
-BODY_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+BODY_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864, float("inf"))
+# prometheus-client's default latency buckets (what its Histogram used here before)
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, float("inf"))
 
 
-class HttpMetrics:
-    """The four HTTP families, registered on the given registry."""
+class HttpMetrics(Collector):
+    """The four HTTP families, registered on the given registry.
+
+    Plain numbers updated on the event loop and turned into metric families at scrape time (the
+    scrape runs on the loop too): no lock and no child lookup per request. Exposed as
+    prometheus-client's own Counter, Histogram (its default buckets) and Gauge would be.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self._requests: dict[tuple[str, ...], int] = {}  # by method, path, model, status
+        self._durations: dict[tuple[str, ...], list[float]] = {}  # bucket counts (+Inf last), then the sum
+        self._in_flight: dict[tuple[str, ...], int] = {}  # by method, path, model
+        self._bodies: dict[tuple[str, ...], list[float]] = {}
+        registry.register(self)
+
+    def started(self, labels: tuple[str, ...]) -> None:
+        """A request with these (method, path, model) labels is being served."""
+        self._in_flight[labels] = self._in_flight.get(labels, 0) + 1
+
+    def ended(self, labels: tuple[str, ...]) -> None:
+        """A request counted by ``started`` with these labels is no longer served."""
+        self._in_flight[labels] -= 1
+
+    def completed(self, labels: tuple[str, ...], seconds: float, body_bytes: int | None) -> None:
+        """A request completed: ``labels`` are (method, path, model, status); ``body_bytes`` when known."""
+        self._requests[labels] = self._requests.get(labels, 0) + 1
+        _observe(self._durations, labels, DURATION_BUCKETS, seconds)
+        if body_bytes is not None:
+            _observe(self._bodies, labels[:3], BODY_BUCKETS, body_bytes)
+
+    def collect(self) -> Iterator[Metric]:
+        """Called by the registry at each scrape."""
         labels = ["method", "path", "model"]
-        self.requests = Counter("http_requests", "Completed HTTP requests", labels + ["status"], registry=registry)
-        self.duration = Histogram("http_request_duration_seconds", "HTTP request latency in seconds",
-                                  labels + ["status"], registry=registry)
-        self.in_flight = Gauge("http_requests_in_flight", "HTTP requests being served", labels, registry=registry)
-        self.body = Histogram("http_request_body_bytes", "HTTP request body size in bytes (when known)", labels,
-                              buckets=BODY_BUCKETS, registry=registry)
+        requests = CounterMetricFamily("http_requests", "Completed HTTP requests", labels=labels + ["status"])
+        for values, count in self._requests.items():
+            requests.add_metric(list(values), count)
+        yield requests
+        yield _histogram("http_request_duration_seconds", "HTTP request latency in seconds", labels + ["status"],
+                         DURATION_BUCKETS, self._durations)
+        in_flight = GaugeMetricFamily("http_requests_in_flight", "HTTP requests being served", labels=labels)
+        for values, count in self._in_flight.items():
+            in_flight.add_metric(list(values), count)
+        yield in_flight
+        yield _histogram("http_request_body_bytes", "HTTP request body size in bytes (when known)", labels,
+                         BODY_BUCKETS, self._bodies)
+
+
+def _observe(series: dict[tuple[str, ...], list[float]], labels: tuple[str, ...], bounds: tuple[float, ...],
+             value: float) -> None:
+    counts = series.get(labels)
+    if counts is None:
+        counts = series[labels] = [0.0] * (len(bounds) + 1)
+    counts[bisect.bisect_left(bounds, value)] += 1  # the first bucket whose bound is >= value (``le``)
+    counts[-1] += value
+
+
+def _histogram(name: str, text: str, labels: list[str], bounds: tuple[float, ...],
+               series: dict[tuple[str, ...], list[float]]) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, text, labels=labels)
+    edges = [floatToGoString(b) for b in bounds]
+    for values, counts in series.items():
+        family.add_metric(list(values), list(zip(edges, itertools.accumulate(counts[:-1]), strict=True)), counts[-1])
+    return family
 
 
 class HttpMetricsMiddleware:
@@ -57,9 +116,6 @@ class HttpMetricsMiddleware:
         self._metrics = metrics
         self._routes = routes
         self._is_known_model = is_known_model
-        self._children: dict[tuple[str, ...], tuple[Counter, Histogram]] = {}
-        self._gauges: dict[tuple[str, ...], Gauge] = {}  # in-flight children by labels
-        self._bodies: dict[tuple[str, ...], Histogram] = {}  # body size children by labels
         self._match = functools.lru_cache(maxsize=4096)(self._pattern)
 
     def _pattern(self, method: str, path: str) -> tuple[str, str]:
@@ -71,25 +127,6 @@ class HttpMetricsMiddleware:
                 template = _CONVERTER.sub(r"{\1}", getattr(route, "path", "<unmatched>"))
                 return template, child.get("path_params", {}).get("model", "none")
         return "<unmatched>", "none"
-
-    def _completed(self, labels: tuple[str, ...]) -> tuple[Counter, Histogram]:
-        children = self._children.get(labels)
-        if children is None:
-            children = self._children[labels] = (self._metrics.requests.labels(*labels),
-                                                 self._metrics.duration.labels(*labels))
-        return children
-
-    def _in_flight(self, labels: tuple[str, ...]) -> Gauge:
-        child = self._gauges.get(labels)
-        if child is None:
-            child = self._gauges[labels] = self._metrics.in_flight.labels(*labels)
-        return child
-
-    def _body(self, labels: tuple[str, ...]) -> Histogram:
-        child = self._bodies.get(labels)
-        if child is None:
-            child = self._bodies[labels] = self._metrics.body.labels(*labels)
-        return child
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -109,8 +146,8 @@ class HttpMetricsMiddleware:
                 status[0] = str(message["status"])
             await send(message)
 
-        in_flight = self._in_flight(labels)
-        in_flight.inc()
+        metrics = self._metrics
+        metrics.started(labels)
         started = time.perf_counter()
         try:
             await self.app(scope, receive, send_status)
@@ -118,12 +155,9 @@ class HttpMetricsMiddleware:
             status[0] = "499"  # the client went away (transcoding.http_limits cancels its request)
             raise
         finally:
-            in_flight.dec()
+            metrics.ended(labels)
             if state.get("model"):
                 labels = (scope["method"], pattern, state["model"])
             length = next((value for key, value in scope.get("headers", ()) if key == b"content-length"), b"")
-            if length.isdigit():
-                self._body(labels).observe(int(length))
-            requests, duration = self._completed(labels + (status[0],))
-            requests.inc()
-            duration.observe(time.perf_counter() - started)
+            metrics.completed(labels + (status[0],), time.perf_counter() - started,
+                              int(length) if length.isdigit() else None)
