@@ -28,7 +28,7 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, Hist
 from prometheus_client.registry import Collector
 
 from kserve_v2.errors import ErrorCode
-from kserve_v2.repository.manager import ModelManager, State
+from kserve_v2.lifecycle import READY, Records
 
 LABELS = ["model", "version"]
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -183,7 +183,7 @@ class InferenceMetrics(Collector):
 class ModelStateCollector(Collector):
     """SIE's model gauges, read from the model lifecycle at each scrape."""
 
-    def __init__(self, manager: ModelManager, registry: CollectorRegistry) -> None:
+    def __init__(self, manager: Records, registry: CollectorRegistry) -> None:
         self._manager = manager
         registry.register(self)
 
@@ -192,7 +192,7 @@ class ModelStateCollector(Collector):
         memory = GaugeMetricFamily("sie_model_memory_bytes", "Memory per model (resident memory its load added)",
                                    labels=["model", "device"])
         for record in self._manager.records():
-            ready = [s.model for s in record.versions.values() if s.state is State.READY and s.model is not None]
+            ready = [s.model for s in record.versions.values() if s.state.value == READY and s.model is not None]
             device = "cuda:0" if any(m.on_gpu for m in ready) else "cpu"
             loaded.add_metric([record.name, device], 1 if ready else 0)
             memory.add_metric([record.name, device], record.memory_bytes if ready else 0)

@@ -20,12 +20,11 @@ from kserve_v2.budget import MemoryBudget, request_cost
 from kserve_v2.datatypes import BYTES
 from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, NotFound, NotLoaded, ServerError, Unavailable
 from kserve_v2.inference import Buffer, decode_request, encode_response
+from kserve_v2.lifecycle import ModelLifecycle
 from kserve_v2.log_settings import LogSettings
 from kserve_v2.metrics import ENDPOINT, InferenceMetrics
 from kserve_v2.model import ModelVersion
 from kserve_v2.offload import in_thread, is_heavy
-from kserve_v2.repository.manager import ModelManager
-from kserve_v2.repository.overrides import parse_load_parameters
 from kserve_v2.settings import Settings
 from kserve_v2.shared_memory import SharedMemoryRegistry
 from kserve_v2.tensors import pack_bytes
@@ -74,7 +73,7 @@ class InferenceService:
     """Every RPC of GRPCInferenceService as a transport-free coroutine or function.
 
     Args:
-        manager: the model lifecycle.
+        manager: the model lifecycle (the repository's ``ModelManager``, handed in by ``kserve_v2.app``).
         state: readiness inputs.
         server_name: ServerMetadata name (``triton`` for clients that check it).
         control_mode: model control mode; only ``explicit`` allows load and unload RPCs.
@@ -86,7 +85,7 @@ class InferenceService:
         budget: the request memory limits (``kserve_v2.budget``; the flags' defaults when None).
     """
 
-    def __init__(self, manager: ModelManager, state: ServerState, server_name: str, control_mode: str,
+    def __init__(self, manager: ModelLifecycle, state: ServerState, server_name: str, control_mode: str,
                  metrics: InferenceMetrics | None = None, tracing: Tracing | None = None,
                  shared_memory: SharedMemoryRegistry | None = None, logs: LogSettings | None = None,
                  budget: MemoryBudget | None = None) -> None:
@@ -121,7 +120,7 @@ class InferenceService:
 
     def stored_config(self, name: str) -> mc.ModelConfig | None:
         """A repository model's configuration whether or not it is loaded (see
-        ``ModelManager.stored_config``); None when the repository has no such model."""
+        ``ModelLifecycle.stored_config``); None when the repository has no such model."""
         return self._manager.stored_config(name)
 
     def server_live(self, _: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
@@ -141,7 +140,7 @@ class InferenceService:
         """Name, versions (the requested one, or every READY one), platform and tensors.
 
         Raises:
-            NotFound / Unavailable / InvalidInput: as ``ModelManager.resolve``.
+            NotFound / Unavailable / InvalidInput: as ``ModelLifecycle.resolve``.
         """
         model = self._manager.resolve(request.name, request.version)
         versions = [model] if request.version else self._manager.ready_versions(request.name)
@@ -159,7 +158,7 @@ class InferenceService:
         """The completed configuration of a READY version.
 
         Raises:
-            NotFound / Unavailable / InvalidInput: as ``ModelManager.resolve``.
+            NotFound / Unavailable / InvalidInput: as ``ModelLifecycle.resolve``.
         """
         return pb.ModelConfigResponse(config=self._manager.resolve(request.name, request.version).config)
 
@@ -371,8 +370,7 @@ class InferenceService:
             InternalError: unknown model or failed load ("failed to load ...") -> INTERNAL.
         """
         self._require_explicit()
-        overrides = parse_load_parameters(request.parameters)
-        await self._manager.load(_model_name(request), overrides)
+        await self._manager.load_requested(_model_name(request), request.parameters)
         return pb.RepositoryModelLoadResponse()
 
     async def repository_model_unload(self, request: pb.RepositoryModelUnloadRequest) -> pb.RepositoryModelUnloadResponse:

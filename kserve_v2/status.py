@@ -7,65 +7,20 @@ per connected client.
 
 from __future__ import annotations
 
-import enum
 import getpass
 import os
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from kserve_v2 import __version__
 from kserve_v2.gpu import gpu_readings
-
-if TYPE_CHECKING:
-    from kserve_v2._proto import model_config_pb2 as mc
-    from kserve_v2.model import ModelVersion
+from kserve_v2.lifecycle import READY, RecordView, Records
 
 # A version's state (Triton's names, the ``value`` of the state enum) -> the status object's model state.
 _STATES = {"READY": "loaded", "LOADING": "loading", "UNLOADING": "unloading"}
-
-
-class VersionView(Protocol):
-    """What the reporter reads of one version (the repository's ``VersionStatus`` provides it)."""
-
-    @property
-    def state(self) -> enum.Enum:
-        """Its lifecycle state; ``value`` is Triton's name: READY, UNAVAILABLE, LOADING or UNLOADING."""
-        ...
-
-    @property
-    def model(self) -> ModelVersion | None:
-        """The servable version while READY."""
-        ...
-
-
-class RecordView(Protocol):
-    """What the reporter reads of one model name (the repository's ``ModelRecord`` provides it)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def config(self) -> mc.ModelConfig | None: ...
-
-    @property
-    def versions(self) -> Mapping[int, VersionView]: ...
-
-    @property
-    def memory_bytes(self) -> int:
-        """Resident memory the last successful load added (bytes)."""
-        ...
-
-
-class Records(Protocol):
-    """The model lifecycle as the reporter sees it (``repository.manager.ModelManager`` provides it)."""
-
-    def records(self) -> Sequence[RecordView]:
-        """Every model the server has loaded or tried to load, by name."""
-        ...
 
 
 class StatusReporter:
@@ -103,7 +58,7 @@ class StatusReporter:
     @staticmethod
     def _model(record: RecordView) -> dict[str, Any]:
         states = {s.state.value for s in record.versions.values()}
-        ready = [s.model for s in record.versions.values() if s.state.value == "READY" and s.model is not None]
+        ready = [s.model for s in record.versions.values() if s.state.value == READY and s.model is not None]
         entry: dict[str, Any] = {
             "name": record.name,
             "state": next((_STATES[s] for s in _STATES if s in states), "available"),

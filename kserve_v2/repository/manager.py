@@ -18,20 +18,21 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kserve_v2 import ensemble
+from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.errors import InternalError, InvalidInput, NotFound, ServerError, Unavailable
 from kserve_v2.model import ModelVersion
 from kserve_v2.repository import layout
 from kserve_v2.repository.config import ConfigError, read_config
 from kserve_v2.repository.loader import LoadResult, load_model
-from kserve_v2.repository.overrides import LoadOverrides, write_private_folder
+from kserve_v2.repository.overrides import LoadOverrides, parse_load_parameters, write_private_folder
 from kserve_v2.spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,15 @@ class ModelManager:
                 await self.load(name)
             except ServerError:
                 continue  # logged by load; the model's versions carry the reason
+
+    async def load_requested(self, name: str, parameters: Mapping[str, pb.ModelRepositoryParameter]) -> None:
+        """RepositoryModelLoad: ``load`` with the request's ``config`` / ``file:`` parameters.
+
+        Raises:
+            InvalidInput: a bad parameter (``overrides.parse_load_parameters``) -> INVALID_ARGUMENT.
+            InternalError: as ``load``.
+        """
+        await self.load(name, parse_load_parameters(parameters))
 
     async def load(self, name: str, overrides: LoadOverrides | None = None, _chain: tuple[str, ...] = ()) -> None:
         """Load ``name``, or reload it when loaded.

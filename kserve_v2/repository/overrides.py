@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput
 
 FILE_PREFIX = "file:"
@@ -36,7 +37,7 @@ class LoadOverrides:
     files: Mapping[str, bytes] = field(default_factory=dict)
 
 
-def parse_load_parameters(parameters: Mapping[str, object]) -> LoadOverrides:
+def parse_load_parameters(parameters: Mapping[str, pb.ModelRepositoryParameter]) -> LoadOverrides:
     """Read RepositoryModelLoad parameters (``ModelRepositoryParameter`` messages).
 
     Raises:
@@ -46,11 +47,11 @@ def parse_load_parameters(parameters: Mapping[str, object]) -> LoadOverrides:
     config_json: str | None = None
     files: dict[str, bytes] = {}
     for key, value in parameters.items():
-        kind = value.WhichOneof("parameter_choice") or "unset"  # type: ignore[attr-defined]
+        kind = value.WhichOneof("parameter_choice") or "unset"
         if key == "config" and kind == "string_param":
-            config_json = value.string_param  # type: ignore[attr-defined]
+            config_json = value.string_param
         elif key.startswith(FILE_PREFIX) and kind == "bytes_param":
-            files[check_relative_path(key[len(FILE_PREFIX):])] = value.bytes_param  # type: ignore[attr-defined]
+            files[check_relative_path(key[len(FILE_PREFIX):])] = value.bytes_param
         else:
             raise InvalidInput(f"Unrecognized load parameter '{key}' with type '{kind.removesuffix('_param')}'")
     if files and config_json is None:
