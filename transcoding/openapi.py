@@ -241,12 +241,12 @@ def openapi_document(metrics: bool, status: bool) -> dict[str, Any]:
     region = _parameters("region")
     shm_region = {"type": "object", "properties": {"name": {"type": "string"}, "key": {"type": "string"},
                                                    "offset": {"type": "integer"}, "byte_size": {"type": "integer"}}}
-    status = {"summary": "Registered system shared memory regions (empty while --allow-client-shm is off)",
+    shm_status = {"summary": "Registered system shared memory regions (empty while --allow-client-shm is off)",
               "responses": {"200": _json({"type": "array", "items": shm_region}), **_errors(404)}}
     unregister = {"summary": "Unregister system shared memory (all regions, or one)",
                   "responses": {"200": _json({"type": "object"})}}
-    paths["/v2/systemsharedmemory/status"] = {"get": status}
-    paths["/v2/systemsharedmemory/region/{region}/status"] = {"get": {**status, "parameters": region}}
+    paths["/v2/systemsharedmemory/status"] = {"get": shm_status}
+    paths["/v2/systemsharedmemory/region/{region}/status"] = {"get": {**shm_status, "parameters": region}}
     paths["/v2/systemsharedmemory/unregister"] = {"post": unregister}
     paths["/v2/systemsharedmemory/region/{region}/unregister"] = {"post": {**unregister, "parameters": region}}
     paths["/v2/systemsharedmemory/region/{region}/register"] = {"post": {
