@@ -12,6 +12,7 @@ from typing import Final
 
 import ml_dtypes
 import numpy as np
+import numpy.typing as npt
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,7 @@ class DType:
     itemsize: int
 
 
-def _row(v2: str, dtype: object, onnx: str, field: str | None) -> DType:
+def _row(v2: str, dtype: npt.DTypeLike, onnx: str, field: str | None) -> DType:
     np_dtype = np.dtype(dtype)
     size = 0 if np_dtype == np.dtype(object) else np_dtype.itemsize
     config = "TYPE_STRING" if v2 == "BYTES" else f"TYPE_{v2}"

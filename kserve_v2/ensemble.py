@@ -93,7 +93,7 @@ def check_config(config: mc.ModelConfig) -> None:
         raise EnsembleError(f"must specify 'step' for ensemble '{name}'")
     if not config.input or not config.output:
         raise EnsembleError(f"ensemble '{name}' must declare its inputs and outputs")
-    for tensor in (*config.input, *config.output):
+    for tensor in _tensors(config):
         if tensor.data_type == mc.TYPE_INVALID or not tensor.dims:
             raise EnsembleError(f"tensor '{tensor.name}' of ensemble '{name}' must specify 'data_type' and 'dims'")
     if not config.HasField("version_policy"):
@@ -103,12 +103,17 @@ def check_config(config: mc.ModelConfig) -> None:
         for field in ("model_name", "input_map", "output_map"):
             if not getattr(step, field):
                 raise EnsembleError(f"must specify '{field}' in step {index} of ensemble '{name}'")
-        for tensor in step.output_map.values():
-            if tensor in written:
-                raise EnsembleError(f"ensemble tensor '{tensor}' can appear in an output map only once for "
+        for mapped in step.output_map.values():
+            if mapped in written:
+                raise EnsembleError(f"ensemble tensor '{mapped}' can appear in an output map only once for "
                                     f"ensemble '{name}' step {index}")
-            written[tensor] = index
+            written[mapped] = index
     _check_flow(config, written)
+
+
+def _tensors(config: mc.ModelConfig) -> list[mc.ModelInput | mc.ModelOutput]:
+    """The ensemble's declared inputs, then its outputs."""
+    return [*config.input, *config.output]
 
 
 def _check_flow(config: mc.ModelConfig, written: Mapping[str, int]) -> None:
@@ -151,7 +156,7 @@ def plan(config: mc.ModelConfig, lookup: SpecLookup) -> tuple[Step, ...]:
             required input left unmapped, or datatypes that differ; each naming the step.
     """
     types: dict[str, DType] = {t.name: datatypes.BY_CONFIG[mc.DataType.Name(t.data_type)]
-                               for t in (*config.input, *config.output)}
+                               for t in _tensors(config)}
     steps = []
     for index, step in enumerate(config.ensemble_scheduling.step):
         where = f"ensemble '{config.name}' step {index} (model '{step.model_name}')"

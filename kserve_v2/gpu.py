@@ -7,19 +7,31 @@ Triton's names (``metrics.md``): ``nv_gpu_utilization`` (0.0-1.0), ``nv_gpu_memo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TypedDict
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 
-def gpu_readings() -> list[dict[str, Any]]:
+class GpuReading(TypedDict):
+    """One GPU as NVML reports it (the status object's ``gpus`` entries)."""
+
+    index: int
+    name: str
+    uuid: str
+    utilization_percent: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+    temperature_c: int
+
+
+def gpu_readings() -> list[GpuReading]:
     """One entry per GPU: index, name, uuid, utilization_percent, memory used/total bytes, temperature_c."""
     import pynvml  # only on GPU hosts
 
     pynvml.nvmlInit()
-    readings = []
+    readings: list[GpuReading] = []
     for index in range(pynvml.nvmlDeviceGetCount()):
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
@@ -41,7 +53,7 @@ class GpuCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         readings = gpu_readings()
-        families = (
+        families: tuple[tuple[str, str, Callable[[GpuReading], float]], ...] = (
             ("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", lambda r: r["utilization_percent"] / 100),
             ("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", lambda r: r["memory_total_bytes"]),
             ("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", lambda r: r["memory_used_bytes"]),

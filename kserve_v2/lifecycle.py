@@ -113,7 +113,7 @@ class ModelLifecycle(Protocol):
         """The READY version a request names (empty version: the newest READY one)."""
         ...
 
-    def ready_versions(self, name: str) -> Sequence[ModelVersion]:
+    def ready_versions(self, name: str) -> list[ModelVersion]:
         """Every READY version of a known model, ascending."""
         ...
 

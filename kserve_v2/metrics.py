@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import TypeVar
 
 import numpy as np
 from prometheus_client import CollectorRegistry
@@ -31,6 +32,7 @@ from kserve_v2.errors import ErrorCode
 from kserve_v2.lifecycle import READY, Records
 
 LABELS = ["model", "version"]
+_Labels = TypeVar("_Labels", bound=tuple[str, ...])  # one series' label values
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # (name, help), in the order of the accumulator slots
 FAMILIES = (
@@ -223,7 +225,7 @@ def _observe_all(counts: list[float], bounds: tuple[float, ...], values: np.ndar
 
 
 def _histogram(name: str, text: str, labels: list[str], bounds: tuple[float, ...],
-               series: dict[tuple[str, ...], list[float]]) -> HistogramMetricFamily:
+               series: Mapping[_Labels, list[float]]) -> HistogramMetricFamily:
     family = HistogramMetricFamily(name, text, labels=labels)
     edges = [str(b) for b in bounds] + ["+Inf"]
     for label_values, counts in series.items():

@@ -49,7 +49,7 @@ class Control:
     datatype, and its false and true values (0-d arrays; unused for CORRID)."""
 
     name: str
-    kind: int
+    kind: mc.ModelSequenceBatching.Control.Kind
     dtype: DType
     false: np.ndarray
     true: np.ndarray

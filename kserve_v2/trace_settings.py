@@ -13,6 +13,7 @@ global setting restores its startup value. Used on the event loop only.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TypeAlias
 from dataclasses import dataclass, field
 
 from kserve_v2.errors import InvalidInput, Unsupported
@@ -21,9 +22,10 @@ MODE = "opentelemetry"
 LEVELS = ("TIMESTAMPS", "TENSORS")
 _UINT32_MAX = 2**32 - 1
 _INT32_MAX = 2**31 - 1
+Value: TypeAlias = tuple[str, ...] | str  # trace_level's levels, or another setting's number as text
 # Triton's defaults (level OFF, every 1000th request); with an OTLP endpoint every request is traced
-_OFF_DEFAULTS = {"trace_level": ("OFF",), "trace_rate": "1000", "trace_count": "-1", "log_frequency": "0"}
-_ON_DEFAULTS = {**_OFF_DEFAULTS, "trace_level": ("TIMESTAMPS",), "trace_rate": "1"}
+_OFF_DEFAULTS: dict[str, Value] = {"trace_level": ("OFF",), "trace_rate": "1000", "trace_count": "-1", "log_frequency": "0"}
+_ON_DEFAULTS: dict[str, Value] = {**_OFF_DEFAULTS, "trace_level": ("TIMESTAMPS",), "trace_rate": "1"}
 _SCALARS = ("trace_rate", "trace_count", "log_frequency")
 
 
@@ -31,7 +33,7 @@ _SCALARS = ("trace_rate", "trace_count", "log_frequency")
 class _Scope:
     """The settings one scope (global, or one model) set itself, and its sampling counters."""
 
-    values: dict[str, tuple[str, ...] | str] = field(default_factory=dict)
+    values: dict[str, Value] = field(default_factory=dict)
     seen: int = 0
 
 
@@ -77,11 +79,11 @@ class TraceSettings:
             else:
                 scope.values[name] = self._defaults[name]
 
-    def current(self, model: str) -> dict[str, tuple[str, ...] | str]:
+    def current(self, model: str) -> dict[str, Value]:
         """The settings in force for ``model`` ("" for the global ones), as Triton answers them:
         ``trace_level`` as a tuple, the others as strings."""
         values = {**self._global.values, **(self._models[model].values if model in self._models else {})}
-        answer: dict[str, tuple[str, ...] | str] = {name: values[name] for name in ("trace_level", "trace_rate",
+        answer: dict[str, Value] = {name: values[name] for name in ("trace_level", "trace_rate",
                                                                                    "trace_count")}
         answer["trace_mode"] = MODE
         if self._url:
@@ -93,7 +95,7 @@ class TraceSettings:
         requests, while ``trace_count`` is not exhausted (taking a trace counts it down)."""
         scope = self._models.get(model, self._global)
         values = {**self._global.values, **scope.values}
-        count, rate = int(values["trace_count"]), int(values["trace_rate"])
+        count, rate = _number(values, "trace_count"), _number(values, "trace_rate")
         if values["trace_level"] == ("OFF",) or count == 0 or rate == 0:
             return False
         scope.seen += 1
@@ -104,7 +106,14 @@ class TraceSettings:
         return True
 
 
-def _parse(name: str, values: Sequence[str]) -> tuple[str, ...] | str:
+def _number(values: Mapping[str, Value], name: str) -> int:
+    """A numeric setting (every setting but trace_level is one, kept as text as Triton answers it)."""
+    value = values[name]
+    assert isinstance(value, str), name
+    return int(value)
+
+
+def _parse(name: str, values: Sequence[str]) -> Value:
     if name == "trace_level":
         levels = tuple(values)
         if "OFF" in levels and len(levels) > 1:

@@ -61,7 +61,7 @@ class AccessMiddleware:
         group = api_group(path) if self._restrictions else None
         rule = self._restrictions.get(group) if group else None
         if rule is not None and headers.get(rule.header.encode()) != rule.value.encode():
-            body = {"error": f"This API is restricted, expecting header '{rule.header}'"}
+            body: dict[str, object] = {"error": f"This API is restricted, expecting header '{rule.header}'"}
             return await json_reply(send, 403, body, {})
         if self._token is not None and path.startswith("/v1/") and not hmac.compare_digest(
                 headers.get(b"authorization", b""), self._token):

@@ -4,11 +4,14 @@ Triton rewrites them: the model configuration extension, ``extension_model_confi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
+
+if TYPE_CHECKING:
+    from google._upb._message import Descriptor as UpbDescriptor
 
 _INT64_TYPES = frozenset({FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
                           FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64})
@@ -22,7 +25,7 @@ def message_to_json(message: Message) -> dict[str, Any]:
     return data
 
 
-def _numbers(descriptor: Descriptor, data: dict[str, Any]) -> None:
+def _numbers(descriptor: Descriptor | UpbDescriptor, data: dict[str, Any]) -> None:
     for field in descriptor.fields:
         if field.name not in data:
             continue

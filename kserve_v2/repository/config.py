@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from google.protobuf import json_format, text_format
 
@@ -18,6 +19,11 @@ from kserve_v2 import backend
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.runtime.onnx import OnnxTensor
 from kserve_v2.sequence_config import reserved_names
+
+if TYPE_CHECKING:
+    from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
+
+_Tensor = TypeVar("_Tensor", mc.ModelInput, mc.ModelOutput)
 
 CONFIG_FILE = "config.pbtxt"
 PLATFORM = "onnxruntime_onnx"
@@ -158,26 +164,31 @@ def _batchable(inputs: Sequence[OnnxTensor], outputs: Sequence[OnnxTensor]) -> b
     return bool(tensors) and all(t.shape and t.shape[0] == -1 for t in tensors)
 
 
-def _complete_tensors(declared: Sequence[mc.ModelInput] | Sequence[mc.ModelOutput], graph: Sequence[OnnxTensor], skip: int, add_missing: bool) -> None:
+def _complete_tensors(declared: RepeatedCompositeFieldContainer[_Tensor], graph: Sequence[OnnxTensor], skip: int, add_missing: bool) -> None:
     by_name = {t.name: t for t in graph}
     for tensor in declared:
         found = by_name.get(tensor.name)
         if found is None:
             continue
         if tensor.data_type == mc.TYPE_INVALID:
-            tensor.data_type = mc.DataType.Value(found.dtype.config)
+            tensor.data_type = _data_type(found)
         if not tensor.dims and not tensor.HasField("reshape"):
             tensor.dims.extend(found.shape[skip:])
     if add_missing:
         names = {t.name for t in declared}
         for found in graph:
             if found.name not in names:
-                tensor = declared.add()  # type: ignore[attr-defined]
+                tensor = declared.add()
                 tensor.name = found.name
-                if found.optional:
+                if found.optional and isinstance(tensor, mc.ModelInput):  # only inputs are optional
                     tensor.optional = True
-                tensor.data_type = mc.DataType.Value(found.dtype.config)
+                tensor.data_type = _data_type(found)
                 tensor.dims.extend(found.shape[skip:])
+
+
+def _data_type(found: OnnxTensor) -> mc.DataType:
+    """The config enum of a graph tensor's datatype (the generated stubs type ``Value`` as a plain int)."""
+    return cast("mc.DataType", mc.DataType.Value(found.dtype.config))
 
 
 def _validate_tensors(kind: str, declared: Sequence[mc.ModelInput] | Sequence[mc.ModelOutput], graph: Sequence[OnnxTensor], batching: bool) -> None:

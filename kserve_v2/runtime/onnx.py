@@ -142,7 +142,8 @@ class OnnxSession:
                 return self._run_ort_values(feeds, output_names, options)
             if self.on_cuda:
                 return self._run_io_binding(feeds, output_names, options)
-            return self._session.run(list(output_names), feeds, options)
+            outputs: list[np.ndarray] = self._session.run(list(output_names), feeds, options)  # ORT ships no types
+            return outputs
         except Exception as err:
             if options is not None and options.terminate:
                 raise Cancelled("the execution was terminated: every request in it was cancelled") from None
@@ -158,7 +159,8 @@ class OnnxSession:
         for name in output_names:
             binding.bind_output(name, "cpu")
         self._session.run_with_iobinding(binding, options)
-        return binding.copy_outputs_to_cpu()
+        outputs: list[np.ndarray] = binding.copy_outputs_to_cpu()
+        return outputs
 
     def _run_ort_values(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                         options: ort.RunOptions | None) -> list[np.ndarray]:
@@ -207,6 +209,7 @@ def _as_text(array: np.ndarray, name: str) -> np.ndarray:
 
 def _from_ort_value(value: ort.OrtValue) -> np.ndarray:
     if value.data_type() != "tensor(bfloat16)":
-        return value.numpy()
+        array: np.ndarray = value.numpy()
+        return array
     raw = ctypes.string_at(value.data_ptr(), value.tensor_size_in_bytes())
     return np.frombuffer(raw, dtype=BF16.numpy).reshape(value.shape())
