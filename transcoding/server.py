@@ -55,14 +55,15 @@ class HttpServer:
                  limits: ConnectionLimits | None = None, keepalive_timeout_s: float = 65.0,
                  max_connections: int | None = None, tls: TlsFiles | None = None) -> None:
         self._app = app
-        ssl_options = {} if tls is None else {
-            "ssl_certfile": tls.server_cert, "ssl_keyfile": tls.server_key, "ssl_ca_certs": tls.root_cert or None,
-            "ssl_cert_reqs": ssl.CERT_REQUIRED if tls.mutual else ssl.CERT_NONE}
         config = uvicorn.Config(app, host=address, port=port, log_level="warning", access_log=False,
                                 lifespan="off", http=protocol_class(limits or ConnectionLimits()),
                                 timeout_graceful_shutdown=exit_timeout_secs,
-                                timeout_keep_alive=keepalive_timeout_s, limit_concurrency=max_connections,
-                                **ssl_options)  # type: ignore[arg-type]
+                                # uvicorn annotates int but schedules it with loop.call_later (float seconds)
+                                timeout_keep_alive=keepalive_timeout_s,  # type: ignore[arg-type]
+                                limit_concurrency=max_connections,
+                                ssl_certfile=tls.server_cert if tls else None, ssl_keyfile=tls.server_key if tls else None,
+                                ssl_ca_certs=(tls.root_cert or None) if tls else None,
+                                ssl_cert_reqs=ssl.CERT_REQUIRED if tls and tls.mutual else ssl.CERT_NONE)
         self._server = _Server(config)
         self._task: asyncio.Task[None] | None = None
 
@@ -77,7 +78,8 @@ class HttpServer:
             if self._task.done():
                 raise RuntimeError("the HTTP server could not start (is the port in use?)")
             await asyncio.sleep(0.01)
-        return self._server.servers[0].sockets[0].getsockname()[1]
+        port: int = self._server.servers[0].sockets[0].getsockname()[1]  # (host, port) for IPv4 and IPv6
+        return port
 
     def drain(self) -> None:
         """From now on new requests get 503 + Retry-After (liveness paths still answer); requests
@@ -85,7 +87,8 @@ class HttpServer:
         draining = _DrainingApp(self._app)
         self._server.config.loaded_app = draining  # connections opened from now on
         for connection in self._server.server_state.connections:
-            connection.app = draining  # open keep-alive connections; running requests keep theirs
+            if isinstance(connection, LimitedHttpToolsProtocol):  # (a WebSocket has run its app already)
+                connection.app = draining  # open keep-alive connections; running requests keep theirs
 
     def in_flight(self) -> int:
         """HTTP requests whose headers are in and whose response is not complete (uploading, running
@@ -98,6 +101,7 @@ class HttpServer:
         """Stop accepting connections, let in-flight requests finish (within ``grace_s``, by default
         the exit timeout given at construction), close; requests still running then are cancelled."""
         if grace_s is not None:
+            # uvicorn annotates int but waits with asyncio.wait_for (float seconds)
             self._server.config.timeout_graceful_shutdown = max(grace_s, 0.0)  # type: ignore[assignment]
         self._server.should_exit = True
         if self._task is not None:
