@@ -18,6 +18,7 @@ import asyncio
 import logging
 import signal
 import time
+from functools import partial
 
 from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry, ProcessCollector, disable_created_metrics
@@ -77,8 +78,9 @@ class App:
         self.http: HttpServer | None = None
         limits = ConnectionLimits(settings.http_header_timeout_secs, settings.http_body_timeout_secs,
                                   settings.http_max_header_size, settings.http_max_chunks)
-        connections = {"limits": limits, "keepalive_timeout_s": settings.http_keepalive_timeout_secs,
-                       "max_connections": settings.http_max_connections}
+        http_server = partial(HttpServer, exit_timeout_secs=settings.exit_timeout_secs, limits=limits,
+                              keepalive_timeout_s=settings.http_keepalive_timeout_secs,
+                              max_connections=settings.http_max_connections)
         if settings.allow_http:
             reporter = StatusReporter(self.manager, registry, gpus)
             app = build_app(self.service, settings.http_max_input_size, registry, reporter,
@@ -90,13 +92,11 @@ class App:
             if settings.http_use_ssl or settings.http_use_ssl_mutual:
                 tls = TlsFiles(settings.http_server_cert, settings.http_server_key, settings.http_root_cert,
                                settings.http_use_ssl_mutual)
-            self.http = HttpServer(app, settings.http_address, settings.http_port, settings.exit_timeout_secs,
-                                   tls=tls, **connections)  # type: ignore[arg-type]
+            self.http = http_server(app, settings.http_address, settings.http_port, tls=tls)
         self.metrics_server: HttpServer | None = None
         if registry is not None:
-            self.metrics_server = HttpServer(build_metrics_app(registry), settings.metrics_address,
-                                             settings.metrics_port, settings.exit_timeout_secs,
-                                             **connections)  # type: ignore[arg-type]
+            self.metrics_server = http_server(build_metrics_app(registry), settings.metrics_address,
+                                              settings.metrics_port)
         self._health_updates: set[asyncio.Task[None]] = set()
         logs.install()  # after uvicorn has set up its loggers
 

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import uvloop
 
@@ -79,8 +80,8 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
 
-    def flag(name: str, default: object, help_text: str, **kwargs: object) -> None:
-        serve.add_argument(f"--{name}", default=_env(name, default), help=help_text, **kwargs)  # type: ignore[arg-type]
+    def flag(name: str, default: object, help_text: str, **kwargs: Any) -> None:  # kwargs: argparse's
+        serve.add_argument(f"--{name}", default=_env(name, default), help=help_text, **kwargs)
 
     repos = os.environ.get(ENV_PREFIX + "MODEL_REPOSITORY")
     serve.add_argument(
