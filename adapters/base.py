@@ -188,7 +188,8 @@ def v2_interface(contract: TextContract) -> tuple[tuple[OnnxTensor, ...], tuple[
 def l2_normalize(array: np.ndarray) -> np.ndarray:
     """Rows (last axis) scaled to unit length; zero rows stay zero. float32 in, float32 out."""
     norms = np.linalg.norm(array, axis=-1, keepdims=True)
-    return array / np.maximum(norms, 1e-12)
+    normalized: np.ndarray = array / np.maximum(norms, 1e-12)
+    return normalized
 
 
 def _file_max_length(path: Path) -> int:

@@ -71,7 +71,8 @@ def splade_pool(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
     Returns:
         vocabulary weights [items, vocab], all >= 0.
     """
-    return (np.log1p(np.maximum(logits, 0)) * mask[..., None].astype(np.float32)).max(axis=1)
+    weights: np.ndarray = (np.log1p(np.maximum(logits, 0)) * mask[..., None].astype(np.float32)).max(axis=1)
+    return weights
 
 
 # the ``text_sparse`` backend (entry point)

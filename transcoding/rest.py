@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput
+from kserve_v2.inference import Buffer
 from kserve_v2.offload import in_process, in_thread, is_heavy
 from kserve_v2.service import InferenceService
 from kserve_v2.status import StatusReporter
@@ -155,6 +156,8 @@ class V2Routes:
         response, report = await service.model_infer_reported(parsed.request, carrier, raw_inputs=parsed.raw,
                                                               raw_outputs=False)
         arrays = report.outputs
+        content: Sequence[Buffer]  # the JSON, then the binary outputs
+        json_length: int | None
         if _json_heavy(response, parsed, arrays):  # the JSON writer holds the GIL throughout: a worker process
             content, json_length = await in_process(True, render_detached, response,
                                                     replace(parsed, request=pb.ModelInferRequest(), raw=[]), arrays)

@@ -57,7 +57,8 @@ async def read_request(request: Request, schema: dict[str, Any], limit: int) -> 
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "body"
         raise InvalidInput(f"invalid request at '{where}': {error.message}"[:_MAX_MESSAGE])
-    return value
+    checked: dict[str, Any] = value  # the schemas' top level is an object
+    return checked
 
 
 def wants_json(request: Request) -> bool:

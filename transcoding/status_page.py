@@ -8,6 +8,7 @@ minutes - computed from the counters in each status message.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -18,7 +19,7 @@ from kserve_v2.status import StatusReporter
 INTERVAL_SECS = 0.2
 
 
-def status_socket(reporter: StatusReporter) -> object:
+def status_socket(reporter: StatusReporter) -> Callable[[WebSocket], Awaitable[None]]:
     """The /ws/status endpoint: sends ``reporter.snapshot()`` every 200 ms until the client leaves."""
 
     async def endpoint(websocket: WebSocket) -> None:
