@@ -126,7 +126,7 @@ def _write(target: RegionRange, array: np.ndarray, tensor: TensorSpec) -> None:
     if data.nbytes > target.byte_size:
         raise InvalidInput(f"shared memory size specified with the request for output '{tensor.name}' "
                            f"({target.byte_size} bytes) should be at least {data.nbytes} bytes to hold the results")
-    target.write(memoryview(data.reshape(-1).view(np.uint8)))
+    target.write(data.reshape(-1).view(np.uint8).data)
 
 
 def _decode_inputs(inputs: list[pb.ModelInferRequest.InferInputTensor], spec: ModelSpec,

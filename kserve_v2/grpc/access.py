@@ -9,6 +9,7 @@ Triton's code and text, before its request message is read.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import grpc
 
@@ -42,19 +43,19 @@ class RestrictedProtocolInterceptor(grpc.aio.ServerInterceptor):
                        for method, group in _METHOD_GROUPS.items() if (rule := restrictions.get(group))}
 
     async def intercept_service(
-        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         rule = self._rules.get(handler_call_details.method)
         if rule is None or rule in tuple(handler_call_details.invocation_metadata or ()):
             return await continuation(handler_call_details)
         return _denied(rule[0])
 
 
-def _denied(header: str) -> grpc.RpcMethodHandler:
+def _denied(header: str) -> grpc.RpcMethodHandler[Any, Any]:
     message = f"This protocol is restricted, expecting header '{header}'"
 
-    async def deny(_requests: object, context: grpc.aio.ServicerContext) -> None:
+    async def deny(_requests: object, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await context.abort(grpc.StatusCode.UNAVAILABLE, message)
 
     # A streaming-request handler never reads the request: the status goes out without waiting for

@@ -8,7 +8,9 @@ during shutdown, and ``shut_down`` wakes every watcher, including those of unkno
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2
@@ -17,11 +19,16 @@ from grpc_health.v1 import health, health_pb2
 class DrainingHealthServicer(health.aio.HealthServicer):
     """``grpc.health.v1.Health`` (Check and Watch) whose Watch streams end when the server drains."""
 
+    # the base class's state, read here (its stubs do not declare it)
+    _server_status: dict[str, int]  # service -> HealthCheckResponse.ServingStatus
+    _server_watchers: dict[str, asyncio.Condition]
+    _gracefully_shutting_down: bool
+
     def __init__(self) -> None:
         super().__init__()
         self._watching: Counter[str] = Counter()  # open Watch streams per service name
 
-    async def Watch(self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext) -> None:
+    async def Watch(self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         """Send the service's status now and on every change; end after the status sent while shutting down."""
         condition = self._server_watchers[request.service]
         self._watching[request.service] += 1

@@ -9,12 +9,19 @@ specified an invalid argument").
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 from google.protobuf.message import DecodeError
+
+if TYPE_CHECKING:  # grpc's classes are generic in their stubs only
+    Handler = grpc.RpcMethodHandler[Any, Any]
+    Context = grpc.aio.ServicerContext[Any, Any]
+    # The behaviours grpc.aio registers are coroutine functions (grpc's stubs type the synchronous API's).
+    StreamBehaviour = Callable[[AsyncIterator[Any], Context], AsyncIterator[Any]]
+    UnaryBehaviour = Callable[[Any, Context], Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,15 +40,15 @@ def _tolerant(deserialize: Callable[[bytes], Any], what: str) -> Callable[[bytes
     return parse
 
 
-def checked(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+def checked(handler: Handler, method: str) -> Handler:
     """``handler`` with a deserializer that never raises and a behaviour that refuses what did not parse."""
     if handler.request_deserializer is None:
         return handler
     deserializer = _tolerant(handler.request_deserializer, method)
     if handler.request_streaming and handler.response_streaming:
-        stream = handler.stream_stream
+        stream = cast("StreamBehaviour", handler.stream_stream)
 
-        async def stream_stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async def stream_stream(requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
             async def parsed() -> AsyncIterator[Any]:
                 async for request in requests:
                     if isinstance(request, Unparsable):
@@ -50,16 +57,16 @@ def checked(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandle
             async for response in stream(parsed(), context):
                 yield response
 
-        return handler._replace(request_deserializer=deserializer, stream_stream=stream_stream)
+        return grpc.stream_stream_rpc_method_handler(stream_stream, deserializer, handler.response_serializer)
     if not handler.request_streaming and not handler.response_streaming:
-        unary = handler.unary_unary
+        unary = cast("UnaryBehaviour", handler.unary_unary)
 
-        async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def unary_unary(request: Any, context: Context) -> Any:
             if isinstance(request, Unparsable):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
             return await unary(request, context)
 
-        return handler._replace(request_deserializer=deserializer, unary_unary=unary_unary)
+        return grpc.unary_unary_rpc_method_handler(unary_unary, deserializer, handler.response_serializer)
     return handler
 
 
@@ -70,7 +77,7 @@ class CheckedRegistration:
     def __init__(self, server: grpc.aio.Server) -> None:
         self._server = server
 
-    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Handler]) -> None:
         """Register ``service``'s handlers on the server, each wrapped with ``checked``."""
         self._server.add_registered_method_handlers(
             service, {name: checked(handler, f"{service}.{name} request") for name, handler in handlers.items()})
@@ -84,8 +91,8 @@ class _CheckedGeneric(grpc.GenericRpcHandler):
     def __init__(self, inner: grpc.GenericRpcHandler) -> None:
         self._inner = inner
 
-    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> Handler | None:
         """The inner handler for the call, wrapped with ``checked`` (None when it has none)."""
         handler = self._inner.service(handler_call_details)
-        method = handler_call_details.method.strip("/").replace("/", ".")  # type: ignore[attr-defined]
+        method = handler_call_details.method.strip("/").replace("/", ".")
         return None if handler is None else checked(handler, f"{method} request")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
@@ -21,16 +21,24 @@ from kserve_v2.service import InferenceService
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
+if TYPE_CHECKING:  # grpc's classes are generic in their stubs only
+    Context = grpc.aio.ServicerContext[Any, Any]
 
 # Requests of one stream executed at once; further requests wait to be read (backpressure).
 STREAM_WINDOW = 64
 _DRAIN = "server draining"  # the cancel message that ends a stream's reading, not the stream
 
 
-async def _call(context: grpc.aio.ServicerContext, method: Callable[[Req], Resp | Awaitable[Resp]], request: Req) -> Resp:
+async def _call(context: Context, method: Callable[[Req], Resp], request: Req) -> Resp:
     try:
-        result = method(request)
-        return await result if asyncio.iscoroutine(result) else result  # type: ignore[return-value]
+        return method(request)
+    except Exception as err:  # noqa: BLE001 - every failure becomes a status
+        await abort(context, err)
+
+
+async def _call_async(context: Context, method: Callable[[Req], Awaitable[Resp]], request: Req) -> Resp:
+    try:
+        return await method(request)
     except Exception as err:  # noqa: BLE001 - every failure becomes a status
         await abort(context, err)
 
@@ -48,70 +56,72 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         for reader in self._readers:
             reader.cancel(_DRAIN)
 
-    async def ServerLive(self, request, context):
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Context) -> pb.ServerLiveResponse:
         return await _call(context, self._service.server_live, request)
 
-    async def ServerReady(self, request, context):
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Context) -> pb.ServerReadyResponse:
         return await _call(context, self._service.server_ready, request)
 
-    async def ModelReady(self, request, context):
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Context) -> pb.ModelReadyResponse:
         return await _call(context, self._service.model_ready, request)
 
-    async def ServerMetadata(self, request, context):
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Context) -> pb.ServerMetadataResponse:
         return await _call(context, self._service.server_metadata, request)
 
-    async def ModelMetadata(self, request, context):
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Context) -> pb.ModelMetadataResponse:
         return await _call(context, self._service.model_metadata, request)
 
-    async def ModelInfer(self, request, context):
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
         try:
-            # a W3C traceparent, when the caller traces; the metadata is read only when we trace
-            carrier = dict(context.invocation_metadata() or ()) if self._service.traces else None
+            # a W3C traceparent, when the caller traces; the metadata is read only when we trace (text
+            # entries: binary ``-bin`` metadata carries no trace context)
+            carrier = {key: value for key, value in context.invocation_metadata() or () if isinstance(value, str)
+                       } if self._service.traces else None
             return await self._service.model_infer(request, carrier)
         except Exception as err:  # noqa: BLE001 - every failure becomes a status
             await abort(context, err)
 
-    async def ModelConfig(self, request, context):
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Context) -> pb.ModelConfigResponse:
         return await _call(context, self._service.model_config, request)
 
-    async def ModelStatistics(self, request, context):
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Context) -> pb.ModelStatisticsResponse:
         return await _call(context, self._service.model_statistics, request)
 
-    async def RepositoryIndex(self, request, context):
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Context) -> pb.RepositoryIndexResponse:
         return await _call(context, self._service.repository_index, request)
 
-    async def RepositoryModelLoad(self, request, context):
-        return await _call(context, self._service.repository_model_load, request)
+    async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest, context: Context) -> pb.RepositoryModelLoadResponse:
+        return await _call_async(context, self._service.repository_model_load, request)
 
-    async def RepositoryModelUnload(self, request, context):
-        return await _call(context, self._service.repository_model_unload, request)
+    async def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest, context: Context) -> pb.RepositoryModelUnloadResponse:
+        return await _call_async(context, self._service.repository_model_unload, request)
 
-    async def SystemSharedMemoryStatus(self, request, context):
+    async def SystemSharedMemoryStatus(self, request: pb.SystemSharedMemoryStatusRequest, context: Context) -> pb.SystemSharedMemoryStatusResponse:
         return await _call(context, self._service.system_shared_memory_status, request)
 
-    async def SystemSharedMemoryRegister(self, request, context):
+    async def SystemSharedMemoryRegister(self, request: pb.SystemSharedMemoryRegisterRequest, context: Context) -> pb.SystemSharedMemoryRegisterResponse:
         return await _call(context, self._service.system_shared_memory_register, request)
 
-    async def SystemSharedMemoryUnregister(self, request, context):
+    async def SystemSharedMemoryUnregister(self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context) -> pb.SystemSharedMemoryUnregisterResponse:
         return await _call(context, self._service.system_shared_memory_unregister, request)
 
-    async def CudaSharedMemoryStatus(self, request, context):
+    async def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest, context: Context) -> pb.CudaSharedMemoryStatusResponse:
         return await _call(context, self._service.cuda_shared_memory_status, request)
 
-    async def CudaSharedMemoryRegister(self, request, context):
+    async def CudaSharedMemoryRegister(self, request: pb.CudaSharedMemoryRegisterRequest, context: Context) -> pb.CudaSharedMemoryRegisterResponse:
         return await _call(context, self._service.cuda_shared_memory_register, request)
 
-    async def CudaSharedMemoryUnregister(self, request, context):
+    async def CudaSharedMemoryUnregister(self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context) -> pb.CudaSharedMemoryUnregisterResponse:
         return await _call(context, self._service.cuda_shared_memory_unregister, request)
 
-    async def TraceSetting(self, request, context):
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Context) -> pb.TraceSettingResponse:
         return await _call(context, self._service.trace_setting, request)
 
-    async def LogSettings(self, request, context):
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Context) -> pb.LogSettingsResponse:
         return await _call(context, self._service.log_settings, request)
 
     async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: grpc.aio.ServicerContext
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Run a stream's requests concurrently (up to STREAM_WINDOW) and send each result as it completes;
         after ``drain`` read no more requests and end once those read are answered."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Final, NoReturn
+from typing import Any, Final, NoReturn
 
 import grpc
 
@@ -39,7 +39,7 @@ def describe(err: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
 
 
-async def abort(context: grpc.aio.ServicerContext, err: BaseException) -> NoReturn:
+async def abort(context: grpc.aio.ServicerContext[Any, Any], err: BaseException) -> NoReturn:
     """End the RPC with the status ``describe`` gives."""
     code, message = describe(err)
     await context.abort(code, message)
