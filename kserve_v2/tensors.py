@@ -22,6 +22,7 @@ from kserve_v2.datatypes import BF16, BYTES, DType
 from kserve_v2.errors import InvalidInput
 
 _INT64_MAX = 2**63 - 1
+RawBytes = bytes | bytearray | memoryview  # a raw contents entry: the message's bytes, a shared memory read, a body slice
 _LEN = struct.Struct("<I")
 _PREFIXES = tuple(_LEN.pack(length) for length in range(1024))
 _PACK_BLOCK = 1 << 16  # elements framed per join
@@ -50,7 +51,7 @@ def element_count(shape: Sequence[int], what: str) -> int:
     return count
 
 
-def from_raw(raw: bytes, dtype: DType, shape: Sequence[int], what: str) -> np.ndarray:
+def from_raw(raw: RawBytes, dtype: DType, shape: Sequence[int], what: str) -> np.ndarray:
     """Decode one entry of ``raw_input_contents`` into an array of ``shape``.
 
     Numeric types are a zero-copy, read-only view of ``raw``; BYTES are decoded element by
@@ -95,7 +96,7 @@ def from_contents(values: Sequence[object], dtype: DType, shape: Sequence[int], 
         raise InvalidInput(f"contents of {what} do not fit datatype {dtype.v2}: {err}") from None
 
 
-def unpack_bytes(buf: bytes, count: int, what: str) -> np.ndarray:
+def unpack_bytes(buf: RawBytes, count: int, what: str) -> np.ndarray:
     """Split a length-prefixed BYTES buffer into ``count`` elements (a 1-D object array).
 
     The element count is bounded by the buffer (each element takes at least 4 bytes) before
@@ -162,7 +163,7 @@ def as_buffer(array: np.ndarray, dtype: DType) -> bytes | memoryview:
     row-major and little-endian (no copy); BYTES are framed into new bytes."""
     if dtype is BYTES:
         return pack_bytes(array)
-    return memoryview(_row_major_le(array, dtype).reshape(-1).view(np.uint8))
+    return _row_major_le(array, dtype).reshape(-1).view(np.uint8).data
 
 
 def _row_major_le(array: np.ndarray, dtype: DType) -> np.ndarray:

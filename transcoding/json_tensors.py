@@ -194,7 +194,8 @@ def _dump(header: dict[str, Any]) -> bytes:
 def _float_list(values: np.ndarray) -> list[float]:
     if values.dtype == np.float32:  # the shortest text that reads back as the same float32 (1.1, not 1.100000023841858)
         return [float(text) for text in values.astype(str)]
-    return values.tolist()
+    floats: list[float] = values.tolist()
+    return floats
 
 
 def _load_stdlib(data: bytes) -> Any:
