@@ -29,9 +29,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
-from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+if TYPE_CHECKING:  # uvicorn's ASGI types, as its protocol declares them
+    from uvicorn._types import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
@@ -88,15 +91,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 cycle.disconnected = True
                 task.cancel()
 
-    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGIApp) -> None:  # type: ignore[override]
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
         """uvicorn's start of a request's application run, through ``_cancellable``."""
         if cycle.scope["path"].startswith(_NOT_CANCELLED):
-            super()._start_asgi_task(cycle, app)  # type: ignore[arg-type]
+            super()._start_asgi_task(cycle, app)
         else:
-            super()._start_asgi_task(cycle, partial(self._cancellable, cycle, app))  # type: ignore[arg-type]
+            super()._start_asgi_task(cycle, partial(self._cancellable, cycle, app))
 
-    async def _cancellable(self, cycle: RequestResponseCycle, app: ASGIApp, scope: Scope, receive: Receive,
-                           send: Send) -> None:
+    async def _cancellable(self, cycle: RequestResponseCycle, app: ASGI3Application, scope: Scope,
+                           receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         """Run ``app`` for ``cycle``, cancellable by ``connection_lost``; the cancellation that
         follows a disconnect ends the run quietly (uvicorn would log it as an application error)."""
         task = asyncio.current_task()
