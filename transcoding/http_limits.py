@@ -77,6 +77,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     _reject: tuple[int, str] | None = None
     _running: dict[RequestResponseCycle, asyncio.Task[None]] | None = None  # application runs of this connection
 
+    # asyncio types the argument BaseTransport; uvicorn narrows it to Transport (with the same ignore)
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._phase, self._since = _HEADERS, self.loop.time()  # the first request's headers are due
