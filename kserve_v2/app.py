@@ -27,7 +27,7 @@ from kserve_v2.budget import MemoryBudget
 from kserve_v2.grpc.server import SERVICE_NAME, build_server
 from kserve_v2.gpu import GpuCollector
 from kserve_v2.log_settings import LogSettings
-from kserve_v2.metrics import InferenceMetrics, ModelStateCollector
+from kserve_v2.metrics import InferenceMetrics
 from kserve_v2.repository import poller
 from kserve_v2.repository.manager import ModelManager
 from kserve_v2.runtime.device import cuda_device_count
@@ -40,6 +40,7 @@ from kserve_v2.restrictions import parse_restrictions
 from transcoding.http_access import AccessMiddleware
 from transcoding.http_limits import ConnectionLimits
 from transcoding.rest import build_app, build_metrics_app
+from transcoding.sie_metrics import SieMetrics
 from transcoding.server import HttpServer, TlsFiles
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,8 @@ class App:
                 registry.register(GpuCollector())
         self.manager = ModelManager(list(settings.model_repositories), gpus, self._on_change,
                                     ready_when_empty=settings.model_control_mode == "explicit")
-        if registry is not None:
-            ModelStateCollector(self.manager, registry)
+        if registry is not None and metrics is not None:
+            SieMetrics(metrics, self.manager, registry)
         self.tracing = Tracing(settings.trace_otlp_endpoint or None, settings.server_name)
         memory = SharedMemoryRegistry() if settings.allow_client_shm else None
         logs = LogSettings(settings.log_verbose)

@@ -1,4 +1,5 @@
-"""Triton's inference metric families, and SIE's, on an injected Prometheus registry.
+"""Triton's inference metric families, and per-API totals for other exporters, on an injected
+Prometheus registry.
 
 Names, labels and units follow Triton's ``docs/user_guide/metrics.md`` so existing dashboards
 keep working: per ``model`` and ``version``, request counts, cumulative durations in
@@ -8,11 +9,9 @@ have, so the counting families are exposed as untyped under their exact names (P
 ``rate()`` works the same). A latency histogram in seconds is added for percentiles. Nothing is
 module-global: ``app.py`` builds the registry. Updated on the event loop by ``InferenceService``.
 
-SIE's families (SIE's HTTP API reference, "Metrics") describe the same requests for SIE dashboards:
-``sie_requests_total`` (model, endpoint, status), ``sie_request_duration_seconds`` (model,
-endpoint, phase), ``sie_batch_size``, ``sie_tokens_processed_total`` and ``sie_queue_depth``
-(model); ``ModelStateCollector`` adds ``sie_model_loaded`` and ``sie_model_memory_bytes`` (model,
-device). The V2 infer API is endpoint ``infer``; the semantic routes name theirs.
+The same requests are also totalled per (model, API): ``infer`` for V2, the semantic routes name
+theirs. ``InferenceMetrics.api_totals`` hands those totals to exporters outside the core (the
+semantic routes' SIE families are rendered in ``transcoding.sie_metrics``).
 """
 
 from __future__ import annotations
@@ -20,16 +19,16 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric,
+from prometheus_client.core import (GaugeMetricFamily, HistogramMetricFamily, Metric,
                                    UnknownMetricFamily)
 from prometheus_client.registry import Collector
 
 from kserve_v2.errors import ErrorCode
-from kserve_v2.lifecycle import READY, Records
 
 LABELS = ["model", "version"]
 _Labels = TypeVar("_Labels", bound=tuple[str, ...])  # one series' label values
@@ -46,14 +45,14 @@ FAMILIES = (
     ("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds"),
 )
 FAILURE = ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes")
-ENDPOINT = "infer"
-# SIE phase -> index in (batch_size, total, queue, input, infer, output); names as in the timing headers
-SIE_PHASES = (("queue", 2), ("tokenization", 3), ("inference", 4), ("postprocessing", 5), ("total", 1))
+V2_API = "infer"  # the API name of V2 inference requests
+# phase -> index in (batch_size, total, queue, input, infer, output)
+PHASES = (("queue", 2), ("input", 3), ("infer", 4), ("output", 5), ("total", 1))
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # successes whose numbers are kept before they are added to the series (and at every scrape)
 FOLD_REQUESTS = 1024
 _COLUMNS = 8
-# SIE_PHASES' index (into batch size, total, queue, input, infer, output) -> column of a row's observations
+# PHASES' index (into batch size, total, queue, input, infer, output) -> column of a row's observations
 _DURATION_COLUMNS = (0, 3, 4, 5, 6, 7)
 _REASONS = {ErrorCode.UNAVAILABLE: "REJECTED", ErrorCode.CANCELLED: "CANCELED", ErrorCode.INTERNAL: "BACKEND"}
 
@@ -71,14 +70,14 @@ class InferenceMetrics(Collector):
         self._pending: defaultdict[tuple[str, str], int] = defaultdict(int)
         # per version: counts per latency bucket (the last is +Inf), and the sum in seconds
         self._latency: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * (len(LATENCY_BUCKETS) + 2))
-        # SIE: requests per (model, endpoint, status); per (model, endpoint, phase) latency buckets + sum;
+        # per API: requests per (model, api, status); per (model, api, phase) latency buckets + sum;
         # per model batch-size buckets + sum, and tokens
         self._requests: defaultdict[tuple[str, str, str], int] = defaultdict(int)
         self._phases: defaultdict[tuple[str, str, str], list[float]] = defaultdict(
             lambda: [0.0] * (len(LATENCY_BUCKETS) + 2))
         self._batches: defaultdict[str, list[float]] = defaultdict(lambda: [0.0] * (len(BATCH_BUCKETS) + 2))
         self._tokens: defaultdict[str, int] = defaultdict(int)
-        # per (model, version, endpoint): the slots above that a success updates, and its observations
+        # per (model, version, api): the slots above that a success updates, and its observations
         self._rows: dict[tuple[str, str, str], _Row] = {}
         registry.register(self)
 
@@ -86,7 +85,7 @@ class InferenceMetrics(Collector):
         """A request for this version is pending."""
         self._pending[(model, version)] += 1
 
-    def succeeded(self, model: str, version: str, endpoint: str, batch_size: int, executions: int, tokens: int,
+    def succeeded(self, model: str, version: str, api: str, batch_size: int, executions: int, tokens: int,
                   total_ns: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """Account a successful request (durations in ns; exported in us, latency in s).
 
@@ -94,18 +93,18 @@ class InferenceMetrics(Collector):
         buckets in bulk (``_fold``: at every scrape, and every ``FOLD_REQUESTS`` requests).
         """
         self._pending[(model, version)] -= 1
-        row = self._rows.get((model, version, endpoint))
+        row = self._rows.get((model, version, api))
         if row is None:
-            row = self._rows[(model, version, endpoint)] = self._row(model, version, endpoint)
+            row = self._rows[(model, version, api)] = self._row(model, version, api)
         observed = row.observed
         observed += (batch_size, executions, tokens, total_ns, queue_ns, input_ns, infer_ns, output_ns)
         if len(observed) >= FOLD_REQUESTS * _COLUMNS:
             self._fold(row)
 
-    def _row(self, model: str, version: str, endpoint: str) -> _Row:
+    def _row(self, model: str, version: str, api: str) -> _Row:
         key = (model, version)
-        return _Row(model, endpoint, self._values[key], self._latency[key],
-                    [(self._phases[(model, endpoint, phase)], _DURATION_COLUMNS[index]) for phase, index in SIE_PHASES],
+        return _Row(model, api, self._values[key], self._latency[key],
+                    [(self._phases[(model, api, phase)], _DURATION_COLUMNS[index]) for phase, index in PHASES],
                     self._batches[model])
 
     def _fold(self, row: _Row) -> None:
@@ -127,13 +126,13 @@ class InferenceMetrics(Collector):
         for counts, column in row.phases:
             _observe_all(counts, LATENCY_BUCKETS, seconds[:, column - 3])
         _observe_all(row.batches, BATCH_BUCKETS, data[:, 0])
-        self._requests[(row.model, row.endpoint, "ok")] += count
+        self._requests[(row.model, row.api, "ok")] += count
         self._tokens[row.model] += int(sums[2])
 
-    def failed(self, model: str, version: str, endpoint: str, code: ErrorCode, total_ns: int) -> None:
+    def failed(self, model: str, version: str, api: str, code: ErrorCode, total_ns: int) -> None:
         """Account a failed request under Triton's failure reason for its error class."""
         self._pending[(model, version)] -= 1
-        self._requests[(model, endpoint, "error")] += 1
+        self._requests[(model, api, "error")] += 1
         self._values[(model, version)][3] += total_ns / 1000
         self._failures[(model, version, _REASONS.get(code, "OTHER"))] += 1
 
@@ -155,63 +154,51 @@ class InferenceMetrics(Collector):
         for (model, version), count in self._pending.items():
             pending.add_metric([model, version], count)
         yield pending
-        yield _histogram("nv_inference_request_latency_seconds", "Latency of successful inference requests in seconds",
-                         LABELS, LATENCY_BUCKETS, dict(self._latency))
-        yield from self._sie()
+        yield histogram_family("nv_inference_request_latency_seconds", "Latency of successful inference requests in seconds",
+                               LABELS, LATENCY_BUCKETS, dict(self._latency))
 
-    def _sie(self) -> Iterator[Metric]:
-        requests = CounterMetricFamily("sie_requests", "Total request count", labels=["model", "endpoint", "status"])
-        for model, endpoint in {key[:2] for key in self._requests}:
-            for status in ("ok", "error"):
-                requests.add_metric([model, endpoint, status], self._requests.get((model, endpoint, status), 0))
-        yield requests
-        yield _histogram("sie_request_duration_seconds", "Latency by phase", ["model", "endpoint", "phase"],
-                         LATENCY_BUCKETS, dict(self._phases))
-        yield _histogram("sie_batch_size", "Batch size distribution", ["model"], BATCH_BUCKETS,
-                         {(model,): counts for model, counts in self._batches.items()})
-        tokens = CounterMetricFamily("sie_tokens_processed", "Total tokens processed", labels=["model"])
-        for model, count in self._tokens.items():
-            tokens.add_metric([model], count)
-        yield tokens
-        depth = GaugeMetricFamily("sie_queue_depth", "Pending items per model", labels=["model"])
+    def api_totals(self) -> ApiTotals:
+        """The per-API totals, with every request so far folded in (live views, read on the event loop)."""
+        for row in self._rows.values():
+            self._fold(row)
         pending: defaultdict[str, int] = defaultdict(int)
         for (model, _), count in self._pending.items():
             pending[model] += count
-        for model, count in pending.items():
-            depth.add_metric([model], count)
-        yield depth
+        return ApiTotals(self._requests, self._phases, self._batches, self._tokens, pending)
 
 
-class ModelStateCollector(Collector):
-    """SIE's model gauges, read from the model lifecycle at each scrape."""
+@dataclass(frozen=True, slots=True)
+class ApiTotals:
+    """Requests totalled per (model, API), for exporters outside the core.
 
-    def __init__(self, manager: Records, registry: CollectorRegistry) -> None:
-        self._manager = manager
-        registry.register(self)
+    Attributes:
+        requests: (model, api, ``ok`` | ``error``) -> requests.
+        phases: (model, api, phase) -> successful requests per ``LATENCY_BUCKETS`` bucket (``le``,
+            not cumulative; the slot after the bounds is +Inf), then the sum in seconds; phases
+            ``queue``, ``input``, ``infer``, ``output`` and ``total``.
+        batches: model -> successful requests per ``BATCH_BUCKETS`` bucket of their batch size,
+            then the sum of batch sizes.
+        tokens: model -> tokens the text models' requests held.
+        pending: model -> requests in flight.
+    """
 
-    def collect(self) -> Iterator[Metric]:
-        loaded = GaugeMetricFamily("sie_model_loaded", "Model load status (1/0)", labels=["model", "device"])
-        memory = GaugeMetricFamily("sie_model_memory_bytes", "Memory per model (resident memory its load added)",
-                                   labels=["model", "device"])
-        for record in self._manager.records():
-            ready = [s.model for s in record.versions.values() if s.state.value == READY and s.model is not None]
-            device = "cuda:0" if any(m.on_gpu for m in ready) else "cpu"
-            loaded.add_metric([record.name, device], 1 if ready else 0)
-            memory.add_metric([record.name, device], record.memory_bytes if ready else 0)
-        yield loaded
-        yield memory
+    requests: Mapping[tuple[str, str, str], int]
+    phases: Mapping[tuple[str, str, str], list[float]]
+    batches: Mapping[str, list[float]]
+    tokens: Mapping[str, int]
+    pending: Mapping[str, int]
 
 
 class _Row:
-    """The series one (model, version, endpoint) success updates, and its observations not yet
+    """The series one (model, version, api) success updates, and its observations not yet
     added to them: ``_COLUMNS`` numbers a request (batch size, executions, tokens, then the
     durations in ns: total, queue, input, infer, output)."""
 
-    __slots__ = ("model", "endpoint", "values", "latency", "phases", "batches", "observed")
+    __slots__ = ("model", "api", "values", "latency", "phases", "batches", "observed")
 
-    def __init__(self, model: str, endpoint: str, values: list[float], latency: list[float],
+    def __init__(self, model: str, api: str, values: list[float], latency: list[float],
                  phases: list[tuple[list[float], int]], batches: list[float]) -> None:
-        self.model, self.endpoint = model, endpoint
+        self.model, self.api = model, api
         self.values, self.latency, self.phases, self.batches = values, latency, phases, batches
         self.observed: list[int] = []
 
@@ -224,8 +211,9 @@ def _observe_all(counts: list[float], bounds: tuple[float, ...], values: np.ndar
     counts[-1] += float(values.sum())
 
 
-def _histogram(name: str, text: str, labels: list[str], bounds: tuple[float, ...],
-               series: Mapping[_Labels, list[float]]) -> HistogramMetricFamily:
+def histogram_family(name: str, text: str, labels: list[str], bounds: tuple[float, ...],
+                     series: Mapping[_Labels, list[float]]) -> HistogramMetricFamily:
+    """A histogram family from per-bucket counts (not cumulative; +Inf last) and a sum, one series per label values."""
     family = HistogramMetricFamily(name, text, labels=labels)
     edges = [str(b) for b in bounds] + ["+Inf"]
     for label_values, counts in series.items():

@@ -22,7 +22,7 @@ from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, NotFound, N
 from kserve_v2.inference import Buffer, decode_request, encode_response
 from kserve_v2.lifecycle import ModelLifecycle
 from kserve_v2.log_settings import LogSettings
-from kserve_v2.metrics import ENDPOINT, InferenceMetrics
+from kserve_v2.metrics import V2_API, InferenceMetrics
 from kserve_v2.model import ModelVersion
 from kserve_v2.offload import in_thread, is_heavy
 from kserve_v2.settings import Settings
@@ -185,15 +185,15 @@ class InferenceService:
         return response
 
     async def model_infer_reported(self, request: pb.ModelInferRequest, carrier: Mapping[str, str] | None = None,
-                                   endpoint: str = ENDPOINT, raw_inputs: Sequence[Buffer] | None = None,
+                                   api: str = V2_API, raw_inputs: Sequence[Buffer] | None = None,
                                    raw_outputs: bool = True) -> tuple[pb.ModelInferResponse, RequestReport]:
         """Run one inference request; also report where its time went and its trace id.
 
         Args:
             request: the request.
             carrier: transport headers or metadata, for a W3C ``traceparent``.
-            endpoint: the API the request came through (SIE's ``endpoint`` metric label:
-                ``infer`` for V2, ``encode``, ``score``, ``extract``, ``embeddings``).
+            api: the API the request came through, for the per-API metrics: ``infer`` for V2;
+                the semantic routes name theirs (``encode``, ``score``, ``extract``, ``embeddings``).
             raw_inputs: the ``raw_input_contents`` entries kept beside the message (no copy into
                 it); None: the message's own.
             raw_outputs: false: the response carries no ``raw_output_contents`` and the output
@@ -212,13 +212,13 @@ class InferenceService:
         if not self._tracing.enabled:  # the common case: no span, no context managers
             model = self._manager.acquire_version(request.model_name, request.model_version)
             try:
-                return await self._run(request, model, endpoint, raw_inputs, raw_outputs)
+                return await self._run(request, model, api, raw_inputs, raw_outputs)
             finally:
                 model.release()
         with self._tracing.request("ModelInfer", carrier or {}, request.model_name) as span:
             started = time.time_ns()
             with self._manager.acquire(request.model_name, request.model_version) as model:
-                response, report = await self._run(request, model, endpoint, raw_inputs, raw_outputs)
+                response, report = await self._run(request, model, api, raw_inputs, raw_outputs)
             if span is None:
                 return response, report
             self._tracing.phases(span, started, {"compute_input": report.compute_input_ns, "queue": report.queue_ns,
@@ -226,7 +226,7 @@ class InferenceService:
                                                  "compute_output": report.compute_output_ns})
             return response, replace(report, trace_id=Tracing.trace_id(span))
 
-    async def _run(self, request: pb.ModelInferRequest, model: ModelVersion, endpoint: str,
+    async def _run(self, request: pb.ModelInferRequest, model: ModelVersion, api: str,
                    raw_inputs: Sequence[Buffer] | None, raw_outputs: bool) -> tuple[pb.ModelInferResponse, RequestReport]:
         started = time.perf_counter_ns()
         version = str(model.version)
@@ -257,7 +257,7 @@ class InferenceService:
             model.stats.record_failure(elapsed)
             if self._metrics is not None:
                 code = err.code if isinstance(err, ServerError) else ErrorCode.CANCELLED
-                self._metrics.failed(model.name, version, endpoint, code, elapsed)
+                self._metrics.failed(model.name, version, api, code, elapsed)
             raise
         finished = time.perf_counter_ns()
         timing = RequestReport(finished - started, queue_ns, decoded_at - started + execution.pre_ns, infer_ns,
@@ -267,7 +267,7 @@ class InferenceService:
                   timing.compute_output_ns)
         model.stats.record_success(decoded.batch_size, execution.executions, *phases, execution.batch_size)
         if self._metrics is not None:
-            self._metrics.succeeded(model.name, version, endpoint, decoded.batch_size, execution.executions,
+            self._metrics.succeeded(model.name, version, api, decoded.batch_size, execution.executions,
                                     execution.tokens, *phases)
         return response, timing
 
@@ -288,7 +288,7 @@ class InferenceService:
         return self._text_info(self._text_name(name))
 
     async def text_infer(self, name: str, call: TextCall, carrier: Mapping[str, str] | None = None,
-                         endpoint: str = ENDPOINT) -> tuple[dict[str, np.ndarray], RequestReport]:
+                         api: str = V2_API) -> tuple[dict[str, np.ndarray], RequestReport]:
         """One execution of a text model, planned by the route from the model's contract: the name
         resolved (``call.resolved``), the contract of its READY version read, the request built
         (``call.plan``) and run as ``model_infer_reported`` runs a V2 request.
@@ -316,7 +316,7 @@ class InferenceService:
             message.outputs.add(name=output)
         for key, value in planned.parameters.items():
             message.parameters[key].string_param = value
-        response, report = await self.model_infer_reported(message, carrier, endpoint, raw_outputs=False)
+        response, report = await self.model_infer_reported(message, carrier, api, raw_outputs=False)
         return {tensor.name: array for tensor, array in zip(response.outputs, report.outputs, strict=True)}, report
 
     def _text_name(self, name: str) -> str:
