@@ -16,7 +16,6 @@ import json
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 from perf import start_server
-from storm import children, repository, reset_peak, status_kib
+from storm import children, http_post, repository, reset_peak, status_kib
 
 MIB = 2**20
 
@@ -55,16 +54,6 @@ def grpc_fp32(port: int, count: int) -> tuple[int, Callable[[], str]]:
         client.infer("identity_fp32", [tensor], client_timeout=600)
         return "OK"
     return count * 4, send
-
-
-def http_post(port: int, path: str, body: bytes, headers: dict[str, str]) -> str:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=600) as response:
-            response.read()
-            return f"HTTP {response.status}"
-    except urllib.error.HTTPError as err:
-        return f"HTTP {err.code}"
 
 
 def rest_json_fp32(port: int, count: int) -> tuple[int, Callable[[], str]]:

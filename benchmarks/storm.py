@@ -168,10 +168,11 @@ def case(name: str, pid: int, ports: dict[str, int], probe_on: str, attack: Call
           + " |", flush=True)
 
 
-def http_post(ports: dict[str, int], path: str, body: bytes, headers: dict[str, str]) -> str:
-    request = urllib.request.Request(f"http://127.0.0.1:{ports['http']}{path}", data=body, headers=headers)
+def http_post(port: int, path: str, body: bytes, headers: dict[str, str]) -> str:
+    """POST ``body`` to the server's HTTP port; "HTTP <status>" (600 s timeout)."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=300) as response:
+        with urllib.request.urlopen(request, timeout=600) as response:
             response.read()
             return f"HTTP {response.status}"
     except urllib.error.HTTPError as err:
@@ -183,7 +184,7 @@ def json_attack(ports: dict[str, int], max_bytes: int) -> Callable[[], str]:
     head = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [count], "data": []}],
                        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}).encode()
     body = head.replace(b'"data": []', b'"data": [' + b"0.5," * (count - 1) + b"0.5]")
-    return lambda: http_post(ports, "/v2/models/identity_fp32/infer", body, {"Content-Type": "application/json"}) + \
+    return lambda: http_post(ports["http"], "/v2/models/identity_fp32/infer", body, {"Content-Type": "application/json"}) + \
         f", {len(body) / 2**20:.0f} MiB JSON"
 
 
@@ -193,7 +194,7 @@ def binary_attack(ports: dict[str, int], max_bytes: int) -> Callable[[], str]:
                                    "parameters": {"binary_data_size": count * 4}}],
                        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}).encode()
     body = head + np.zeros(count, np.float32).tobytes()
-    return lambda: http_post(ports, "/v2/models/identity_fp32/infer", body,
+    return lambda: http_post(ports["http"], "/v2/models/identity_fp32/infer", body,
                              {"Inference-Header-Content-Length": str(len(head))}) + f", {len(body) / 2**20:.0f} MiB"
 
 
