@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -33,6 +33,7 @@ from kserve_v2.errors import ErrorCode
 LABELS = ["model", "version"]
 _Labels = TypeVar("_Labels", bound=tuple[str, ...])  # one series' label values
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+LATENCY_EDGES = (*map(str, LATENCY_BUCKETS), "+Inf")  # the buckets' ``le`` labels
 # (name, help), in the order of the accumulator slots
 FAMILIES = (
     ("nv_inference_request_success", "Number of successful inference requests, all batch sizes"),
@@ -49,6 +50,7 @@ V2_API = "infer"  # the API name of V2 inference requests
 # phase -> index in (batch_size, total, queue, input, infer, output)
 PHASES = (("queue", 2), ("input", 3), ("infer", 4), ("output", 5), ("total", 1))
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+BATCH_EDGES = (*map(str, BATCH_BUCKETS), "+Inf")
 # successes whose numbers are kept before they are added to the series (and at every scrape)
 FOLD_REQUESTS = 1024
 _COLUMNS = 8
@@ -155,7 +157,7 @@ class InferenceMetrics(Collector):
             pending.add_metric([model, version], count)
         yield pending
         yield histogram_family("nv_inference_request_latency_seconds", "Latency of successful inference requests in seconds",
-                               LABELS, LATENCY_BUCKETS, dict(self._latency))
+                               LABELS, LATENCY_EDGES, dict(self._latency))
 
     def api_totals(self) -> ApiTotals:
         """The per-API totals, with every request so far folded in (live views, read on the event loop)."""
@@ -211,11 +213,11 @@ def _observe_all(counts: list[float], bounds: tuple[float, ...], values: np.ndar
     counts[-1] += float(values.sum())
 
 
-def histogram_family(name: str, text: str, labels: list[str], bounds: tuple[float, ...],
+def histogram_family(name: str, text: str, labels: list[str], edges: Sequence[str],
                      series: Mapping[_Labels, list[float]]) -> HistogramMetricFamily:
-    """A histogram family from per-bucket counts (not cumulative; +Inf last) and a sum, one series per label values."""
+    """A histogram family, one series per label values, from per-bucket counts (not cumulative)
+    followed by the sum; ``edges`` are the buckets' ``le`` labels, ``+Inf`` last."""
     family = HistogramMetricFamily(name, text, labels=labels)
-    edges = [str(b) for b in bounds] + ["+Inf"]
     for label_values, counts in series.items():
         family.add_metric(list(label_values), list(zip(edges, itertools.accumulate(counts[:-1]), strict=True)), counts[-1])
     return family

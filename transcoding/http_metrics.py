@@ -16,17 +16,18 @@ from __future__ import annotations
 import asyncio
 import bisect
 import functools
-import itertools
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from kserve_v2.metrics import histogram_family
 
 EXCLUDED_PREFIXES = ("/v2/health/", "/metrics", "/docs", "/api-doc/", "/status", "/ws/")
 EXCLUDED_PATHS = frozenset({"/"})
@@ -34,6 +35,9 @@ _CONVERTER = re.compile(r"\{(\w+):\w+\}")  # "{model:path}" -> "{model}": the te
 BODY_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864, float("inf"))
 # prometheus-client's default latency buckets (what its Histogram used here before)
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, float("inf"))
+# the buckets' ``le`` labels as prometheus-client's own Histogram writes them
+BODY_EDGES = tuple(map(floatToGoString, BODY_BUCKETS))
+DURATION_EDGES = tuple(map(floatToGoString, DURATION_BUCKETS))
 
 
 class HttpMetrics(Collector):
@@ -73,14 +77,14 @@ class HttpMetrics(Collector):
         for values, count in self._requests.items():
             requests.add_metric(list(values), count)
         yield requests
-        yield _histogram("http_request_duration_seconds", "HTTP request latency in seconds", labels + ["status"],
-                         DURATION_BUCKETS, self._durations)
+        yield histogram_family("http_request_duration_seconds", "HTTP request latency in seconds",
+                               labels + ["status"], DURATION_EDGES, self._durations)
         in_flight = GaugeMetricFamily("http_requests_in_flight", "HTTP requests being served", labels=labels)
         for values, count in self._in_flight.items():
             in_flight.add_metric(list(values), count)
         yield in_flight
-        yield _histogram("http_request_body_bytes", "HTTP request body size in bytes (when known)", labels,
-                         BODY_BUCKETS, self._bodies)
+        yield histogram_family("http_request_body_bytes", "HTTP request body size in bytes (when known)", labels,
+                               BODY_EDGES, self._bodies)
 
 
 def _observe(series: dict[tuple[str, ...], list[float]], labels: tuple[str, ...], bounds: tuple[float, ...],
@@ -90,15 +94,6 @@ def _observe(series: dict[tuple[str, ...], list[float]], labels: tuple[str, ...]
         counts = series[labels] = [0.0] * (len(bounds) + 1)
     counts[bisect.bisect_left(bounds, value)] += 1  # the first bucket whose bound is >= value (``le``)
     counts[-1] += value
-
-
-def _histogram(name: str, text: str, labels: list[str], bounds: tuple[float, ...],
-               series: dict[tuple[str, ...], list[float]]) -> HistogramMetricFamily:
-    family = HistogramMetricFamily(name, text, labels=labels)
-    edges = [floatToGoString(b) for b in bounds]
-    for values, counts in series.items():
-        family.add_metric(list(values), list(zip(edges, itertools.accumulate(counts[:-1]), strict=True)), counts[-1])
-    return family
 
 
 class HttpMetricsMiddleware:

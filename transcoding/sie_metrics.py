@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from kserve_v2.lifecycle import READY, Records
-from kserve_v2.metrics import BATCH_BUCKETS, LATENCY_BUCKETS, InferenceMetrics, histogram_family
+from kserve_v2.metrics import BATCH_EDGES, LATENCY_EDGES, InferenceMetrics, histogram_family
 
 # SIE's phase names (as in the semantic routes' timing headers) for the core's phases
 PHASE_NAMES = {"queue": "queue", "input": "tokenization", "infer": "inference", "output": "postprocessing",
@@ -41,9 +41,9 @@ class SieMetrics(Collector):
                 requests.add_metric([model, api, status], totals.requests.get((model, api, status), 0))
         yield requests
         yield histogram_family("sie_request_duration_seconds", "Latency by phase", ["model", "endpoint", "phase"],
-                               LATENCY_BUCKETS, {(model, api, PHASE_NAMES[phase]): counts
+                               LATENCY_EDGES, {(model, api, PHASE_NAMES[phase]): counts
                                                  for (model, api, phase), counts in totals.phases.items()})
-        yield histogram_family("sie_batch_size", "Batch size distribution", ["model"], BATCH_BUCKETS,
+        yield histogram_family("sie_batch_size", "Batch size distribution", ["model"], BATCH_EDGES,
                                {(model,): counts for model, counts in totals.batches.items()})
         tokens = CounterMetricFamily("sie_tokens_processed", "Total tokens processed", labels=["model"])
         for model, count in totals.tokens.items():
