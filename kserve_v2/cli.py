@@ -27,6 +27,7 @@ from typing import Any
 import uvloop
 
 from kserve_v2 import __version__
+from kserve_v2.allocator import huge_page_environment, this_host
 from kserve_v2.restrictions import GROUPS, parse_restrictions
 from kserve_v2.settings import TOKEN_ID_MODES, Settings
 
@@ -253,6 +254,8 @@ def parse_settings(argv: Sequence[str]) -> Settings:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kserve-v2`` command; returns the exit code."""
     settings = parse_settings(sys.argv[1:] if argv is None else argv)
+    if argv is None and sys.executable:
+        _start_with_huge_pages()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if settings.log_format == "json"
                          else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -261,6 +264,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     factory = uvloop.new_event_loop if settings.event_loop == "uvloop" else None
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(_serve(settings))
+
+
+def _start_with_huge_pages() -> None:
+    """Start this command once more with malloc's huge page tunable (``kserve_v2.allocator``); returns
+    only when there is nothing to gain or the start fails."""
+    environment = huge_page_environment(os.environ, *this_host())
+    if environment is not None:
+        try:
+            os.execve(sys.executable, sys.orig_argv, environment)
+        except OSError as err:
+            print(f"kserve-v2: running without huge pages for tensors: {err}", file=sys.stderr)
 
 
 async def _serve(settings: Settings) -> int:

@@ -10,6 +10,7 @@ admitted peaked at twice the memory it reserved for them.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
+
+from kserve_v2.allocator import TUNABLES, huge_page_environment, this_host
 
 from helpers import add_model, identity_model, start_server
 
@@ -93,3 +96,12 @@ def test_what_the_budget_admits_stays_within_it(server) -> None:
         assert growth <= POOL, f"{count} elements were admitted and peaked at {growth / 2**20:.0f} MiB, over the budget"
         outcomes.append((count, "admitted"))
     assert outcomes[0] == (100_000, "admitted") and outcomes[-1] == (1_600_000, "refused"), outcomes
+
+
+def test_the_server_asks_malloc_for_huge_pages_where_the_host_gives_them(server) -> None:
+    """The command starts itself once more with glibc's hugetlb tunable (same PID), where glibc and the
+    kernel honour it; elsewhere it runs as it was started."""
+    environ = dict(entry.split("=", 1) for entry in
+                   Path(f"/proc/{server.proc.pid}/environ").read_text().split("\0") if "=" in entry)
+    expected = huge_page_environment(os.environ, *this_host())
+    assert environ.get(TUNABLES) == (expected or {}).get(TUNABLES, os.environ.get(TUNABLES))
