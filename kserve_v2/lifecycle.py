@@ -12,7 +12,7 @@ UNAVAILABLE, LOADING, UNLOADING.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
@@ -103,6 +103,10 @@ class ModelLifecycle(Protocol):
 
     def stored_config(self, name: str) -> mc.ModelConfig | None:
         """A repository model's configuration whether or not it is loaded; None when there is none."""
+        ...
+
+    def stored_configs(self) -> Iterator[tuple[str, mc.ModelConfig]]:
+        """(name, ``stored_config(name)``) of every model that has one, by name, in one pass."""
         ...
 
     def is_ready(self, name: str, version: str) -> bool:

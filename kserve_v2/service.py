@@ -327,10 +327,9 @@ class InferenceService:
         """
         if self._manager.knows(name) or self._manager.stored_config(name) is not None:
             return name
-        for row in self._manager.index(False):
-            config = self._manager.stored_config(row.name)
-            if config is not None and "alias" in config.parameters and config.parameters["alias"].string_value == name:
-                return row.name
+        for stored, config in self._manager.stored_configs():
+            if "alias" in config.parameters and config.parameters["alias"].string_value == name:
+                return stored
         raise NotFound(f"Model '{name}' not found")
 
     def _text_info(self, name: str) -> TextModelInfo:

@@ -30,7 +30,7 @@ from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.errors import InternalError, InvalidInput, NotFound, ServerError, Unavailable
 from kserve_v2.model import ModelVersion
 from kserve_v2.repository import layout
-from kserve_v2.repository.config import ConfigError, read_config
+from kserve_v2.repository.config import CONFIG_FILE, ConfigError, read_config
 from kserve_v2.repository.loader import LoadResult, load_model
 from kserve_v2.repository.overrides import LoadOverrides, parse_load_parameters, write_private_folder
 from kserve_v2.spec import ModelSpec
@@ -96,6 +96,8 @@ class ModelManager:
         self._records: dict[str, ModelRecord] = {}
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # name -> (lock, calls holding or awaiting it)
         self._startup: set[str] = set()
+        # model folder -> (config.pbtxt's stat, its configuration as read): stored_config(s) read a file only when it changed
+        self._stored: dict[Path, tuple[tuple[int, int, int] | None, mc.ModelConfig | None]] = {}
         self._background: set[asyncio.Task[None]] = set()  # retiring versions, loads and unloads left by their callers
         self.step_runner: ensemble.StepRunner | None = None  # the inference call ensemble steps go through
 
@@ -371,18 +373,43 @@ class ModelManager:
 
     def stored_config(self, name: str) -> mc.ModelConfig | None:
         """The configuration of a model in the repositories, loaded or not: the completed one of its
-        last load, else its folder's ``config.pbtxt`` as read (no load); None when the name is in no
-        repository or its configuration cannot be read."""
+        last load, else its folder's ``config.pbtxt`` as read (no load; read again only once the file
+        changes); None when the name is in no repository or its configuration cannot be read."""
         record = self._records.get(name)
         if record is not None and record.config is not None:
             return record.config
         dirs = layout.model_dirs(self._repositories).get(name)
-        if not dirs:
-            return None
+        return self._read_stored(dirs[0], name) if dirs else None
+
+    def stored_configs(self) -> Iterator[tuple[str, mc.ModelConfig]]:
+        """(name, ``stored_config(name)``) of every model in the repositories and every model with a
+        record, by name, skipping those without one: one scan of the repositories, and a file read
+        only for a configuration that changed since it was last read."""
+        dirs = layout.model_dirs(self._repositories)
+        for folder in set(self._stored) - {found[0] for found in dirs.values()}:
+            del self._stored[folder]  # the folder is gone
+        for name in sorted(set(dirs) | set(self._records)):
+            record = self._records.get(name)
+            config = record.config if record is not None and record.config is not None else (
+                self._read_stored(dirs[name][0], name) if name in dirs else None)
+            if config is not None:
+                yield name, config
+
+    def _read_stored(self, folder: Path, name: str) -> mc.ModelConfig | None:
         try:
-            return read_config(dirs[0], name)
+            stat = (folder / CONFIG_FILE).stat()
+            key: tuple[int, int, int] | None = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        except OSError:
+            key = None  # no config.pbtxt: the configuration is completed from the model alone
+        cached = self._stored.get(folder)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        try:
+            config: mc.ModelConfig | None = read_config(folder, name)
         except ConfigError:
-            return None
+            config = None
+        self._stored[folder] = (key, config)
+        return config
 
     def knows(self, name: str) -> bool:
         """Whether ``name`` has a record (loaded, loading, failed or unloaded)."""
