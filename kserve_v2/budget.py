@@ -47,17 +47,18 @@ class MemoryBusy(TooLarge):
 
 
 def request_cost(request: pb.ModelInferRequest, uses_shared_memory: bool,
-                 raw: Sequence[bytes | memoryview] | None = None) -> tuple[int, int]:
+                 raw: Sequence[bytes | memoryview] | None = None, wire_bytes: int | None = None) -> tuple[int, int]:
     """(estimated peak bytes, BYTES elements) of a request, from its declared shapes and sizes.
 
-    The wire part is the message's serialized size (``ByteSize``: lengths only; reading a raw
-    entry would copy it), counted ``MESSAGE_COPIES`` times, plus ``raw``, the raw entries kept
+    The wire part is the message's serialized size, ``wire_bytes`` when the transport knows it,
+    else ``ByteSize`` (upb serializes the message to measure it; reading a raw entry would copy
+    it), counted ``MESSAGE_COPIES`` times, plus ``raw``, the raw entries kept
     beside the message (REST), if any, counted ``RAW_COPIES`` times. The text of BYTES elements is bounded by the wire and
     shared memory sizes less their 4-byte prefixes. A request under ``SMALL_BYTES`` that reads no
     shared memory costs nothing here (its decoded size is bounded by ~41x its wire size, and walking its tensors
     would cost more than decoding them); ``uses_shared_memory``: client shared memory is on.
     """
-    message = request.ByteSize()
+    message = request.ByteSize() if wire_bytes is None else wire_bytes
     beside = sum(map(len, raw)) if raw else 0
     wire = message + beside
     if wire < SMALL_BYTES and not uses_shared_memory:

@@ -178,15 +178,16 @@ class InferenceService:
 
     # ---- inference -----------------------------------------------------------------------
 
-    async def model_infer(self, request: pb.ModelInferRequest, carrier: Mapping[str, str] | None = None
-                          ) -> pb.ModelInferResponse:
+    async def model_infer(self, request: pb.ModelInferRequest, carrier: Mapping[str, str] | None = None,
+                          wire_bytes: int | None = None) -> pb.ModelInferResponse:
         """Run one inference request (see ``model_infer_reported``)."""
-        response, _ = await self.model_infer_reported(request, carrier)
+        response, _ = await self.model_infer_reported(request, carrier, wire_bytes=wire_bytes)
         return response
 
     async def model_infer_reported(self, request: pb.ModelInferRequest, carrier: Mapping[str, str] | None = None,
                                    api: str = V2_API, raw_inputs: Sequence[Buffer] | None = None,
-                                   raw_outputs: bool = True) -> tuple[pb.ModelInferResponse, RequestReport]:
+                                   raw_outputs: bool = True, wire_bytes: int | None = None
+                                   ) -> tuple[pb.ModelInferResponse, RequestReport]:
         """Run one inference request; also report where its time went and its trace id.
 
         Args:
@@ -199,6 +200,9 @@ class InferenceService:
             raw_outputs: false: the response carries no ``raw_output_contents`` and the output
                 arrays come back in ``RequestReport.outputs`` (for transports that send them
                 from the arrays' buffers).
+            wire_bytes: the request's serialized size where the transport knows it (gRPC: the
+                message received); None: measured with ``ByteSize``, which for upb means
+                serializing the message once more.
 
         Raises:
             Unavailable: version not ready -> UNAVAILABLE. (During a drain the transports turn
@@ -212,13 +216,13 @@ class InferenceService:
         if not self._tracing.enabled:  # the common case: no span, no context managers
             model = self._manager.acquire_version(request.model_name, request.model_version)
             try:
-                return await self._run(request, model, api, raw_inputs, raw_outputs)
+                return await self._run(request, model, api, raw_inputs, raw_outputs, wire_bytes)
             finally:
                 model.release()
         with self._tracing.request("ModelInfer", carrier or {}, request.model_name) as span:
             started = time.time_ns()
             with self._manager.acquire(request.model_name, request.model_version) as model:
-                response, report = await self._run(request, model, api, raw_inputs, raw_outputs)
+                response, report = await self._run(request, model, api, raw_inputs, raw_outputs, wire_bytes)
             if span is None:
                 return response, report
             self._tracing.phases(span, started, {"compute_input": report.compute_input_ns, "queue": report.queue_ns,
@@ -227,13 +231,14 @@ class InferenceService:
             return response, replace(report, trace_id=Tracing.trace_id(span))
 
     async def _run(self, request: pb.ModelInferRequest, model: ModelVersion, api: str,
-                   raw_inputs: Sequence[Buffer] | None, raw_outputs: bool) -> tuple[pb.ModelInferResponse, RequestReport]:
+                   raw_inputs: Sequence[Buffer] | None, raw_outputs: bool, wire_bytes: int | None
+                   ) -> tuple[pb.ModelInferResponse, RequestReport]:
         started = time.perf_counter_ns()
         version = str(model.version)
         if self._metrics is not None:
             self._metrics.started(model.name, version)
         try:
-            cost, elements = request_cost(request, self._memory is not None, raw_inputs)
+            cost, elements = request_cost(request, self._memory is not None, raw_inputs, wire_bytes)
             # a request that costs nothing here cannot fail the budget: no reservation to hold
             with self._budget.reserve(cost, model.name) if cost else _UNRESERVED:
                 decoded = await in_thread(is_heavy(cost, elements), decode_request, request, model.spec, self._memory,

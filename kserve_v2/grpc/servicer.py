@@ -16,6 +16,7 @@ import grpc
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import grpc_service_pb2_grpc as pb_grpc
+from kserve_v2.grpc.parsing import RECEIVED_BYTES
 from kserve_v2.grpc.status import abort, describe
 from kserve_v2.service import InferenceService
 
@@ -77,7 +78,7 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
             # entries: binary ``-bin`` metadata carries no trace context)
             carrier = {key: value for key, value in context.invocation_metadata() or () if isinstance(value, str)
                        } if self._service.traces else None
-            return await self._service.model_infer(request, carrier)
+            return await self._service.model_infer(request, carrier, RECEIVED_BYTES.get())
         except Exception as err:  # noqa: BLE001 - every failure becomes a status
             await abort(context, err)
 
