@@ -43,6 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import triton  # noqa: E402 - sibling module
 from cache import cache_dir  # noqa: E402 - sibling module
 from perf import ROOT, perf_analyzer, run, start_server  # noqa: E402 - the sibling benchmark's helpers
+
+from kserve_v2.allocator import huge_page_environment, this_host  # noqa: E402
 from processes import wait_http  # noqa: E402 - sibling module
 
 HERE = Path(__file__).resolve().parent
@@ -107,7 +109,9 @@ def start_mlserver(folder: Path, log: Path) -> tuple[list[subprocess.Popen], dic
 def start_ceiling(work: Path) -> tuple[list[subprocess.Popen], dict[str, int]]:
     """Both ceiling servers (gRPC and REST), each its own process."""
     ports = {"grpc": _free_port(), "http": _free_port()}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
+    # the allocator setting `kserve-v2` starts itself with (kserve_v2/allocator.py), so the stack compares alike
+    env = {**(huge_page_environment(os.environ, *this_host()) or os.environ),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
     procs = []
     for protocol in ("grpc", "http"):
         script = HERE / ("ceiling_grpc.py" if protocol == "grpc" else "ceiling_rest.py")
