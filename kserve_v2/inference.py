@@ -10,7 +10,7 @@ entries belong, in order, to the other inputs (Triton's ``infer_handler.cc``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,8 +20,8 @@ from kserve_v2.backend import Parameter
 from kserve_v2.datatypes import BYTES
 from kserve_v2.errors import InvalidInput, Unsupported
 from kserve_v2.shared_memory import RegionRange, SharedMemoryRegistry
-from kserve_v2.spec import ModelSpec, TensorSpec
-from kserve_v2.tensors import element_count, from_contents, from_raw, pack_bytes, to_raw
+from kserve_v2.spec import MAX_MEMO, InputPlan, ModelSpec, RequestPlan, TensorSpec
+from kserve_v2.tensors import element_count, from_contents, from_raw, pack_bytes, to_raw, unpack_bytes
 
 # a tensor's bytes: the message's own, or a view of a transport buffer
 Buffer = bytes | memoryview
@@ -35,14 +35,21 @@ _KNOWN_RESERVED = frozenset({"triton_enable_empty_final_response"})
 
 @dataclass(slots=True)
 class DecodedRequest:
-    """A validated request: model-shaped feeds, outputs to return, the batch size, the
-    request's own (non-reserved) parameters, and the shared memory each output goes to (if any)."""
+    """A validated request: model-shaped feeds, outputs to return (and their names), the batch
+    size, the request's own (non-reserved) parameters, and the shared memory each output goes to (if any)."""
 
     feeds: dict[str, np.ndarray]
-    outputs: list[TensorSpec]
+    outputs: Sequence[TensorSpec]
     batch_size: int
     parameters: dict[str, Parameter]
     output_memory: dict[str, tuple[RegionRange, pb.ModelInferResponse.InferOutputTensor]]
+    output_names: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        if not self.output_names:
+            self.output_names = tuple(t.name for t in self.outputs)
+
+
 
 
 def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None = None,
@@ -62,24 +69,85 @@ def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: Share
     """
     parameters: dict[str, Parameter] = {}
     given = request.parameters
-    for key in given:  # keys alone: a value is read only when it is kept (reading items builds each value)
-        if key.startswith(_RESERVED_PREFIX):
-            if key not in _KNOWN_RESERVED:
-                raise InvalidInput(f"parameter '{key}' is reserved and not recognised")
-            continue
-        value = given[key]
-        choice = value.WhichOneof("parameter_choice")
-        if choice is not None:
-            parameters[key] = getattr(value, choice)
+    if len(given):
+        for key in given:  # keys alone: a value is read only when it is kept (reading items builds each value)
+            if key.startswith(_RESERVED_PREFIX):
+                if key not in _KNOWN_RESERVED:
+                    raise InvalidInput(f"parameter '{key}' is reserved and not recognised")
+                continue
+            value = given[key]
+            choice = value.WhichOneof("parameter_choice")
+            if choice is not None:
+                parameters[key] = getattr(value, choice)
     # Repeated fields are read by slicing: a ``for`` loop over a upb container ends on an IndexError
     # whose message is formatted, and ``list()`` of one does the same.
-    feeds = _decode_inputs(request.inputs[:], spec, memory, request.raw_input_contents if raw is None else raw)
+    inputs = request.inputs[:]
+    entries = request.raw_input_contents[:] if raw is None else raw
+    signature = _signature(inputs, request.outputs[:]) if len(entries) == len(inputs) else None
+    if signature is not None:
+        plan = spec.plans.get(signature)
+        if plan is not None:
+            feeds = _planned_feeds(plan, entries, spec)
+            if feeds is not None:
+                return DecodedRequest(feeds, plan.outputs, plan.batch_size, parameters, {}, plan.output_names)
+    feeds = _decode_inputs(inputs, spec, memory, entries)
     batch_size = _batch_size(feeds, spec)
     for tensor in spec.inputs:
         if tensor.reshape is not None and tensor.name in feeds:
             feeds[tensor.name] = _reshape(feeds[tensor.name], tensor.reshape, spec, tensor.name)
     outputs, output_memory = _requested_outputs(request, spec, memory)
-    return DecodedRequest(feeds, outputs, batch_size, parameters, output_memory)
+    decoded = DecodedRequest(feeds, outputs, batch_size, parameters, output_memory)
+    if signature is not None:
+        _remember(spec, signature, inputs, decoded)
+    return decoded
+
+
+def _signature(inputs: list[pb.ModelInferRequest.InferInputTensor],
+               outputs: list[pb.ModelInferRequest.InferRequestedOutputTensor]) -> Hashable | None:
+    """What validation reads of a request whose tensors all travel in raw entries: each input's
+    name, datatype and shape, and the outputs' names. None when a tensor has parameters (shared
+    memory, classification) or typed contents: such requests are validated in full every time."""
+    described = []
+    for sent in inputs:
+        if len(sent.parameters) or sent.HasField("contents"):
+            return None
+        described.append((sent.name, sent.datatype, tuple(sent.shape[:])))
+    names = []
+    for wanted in outputs:
+        if len(wanted.parameters):
+            return None
+        names.append(wanted.name)
+    return tuple(described), tuple(names)
+
+
+def _planned_feeds(plan: RequestPlan, entries: Sequence[Buffer], spec: ModelSpec) -> dict[str, np.ndarray] | None:
+    """The feeds of a request whose signature was validated before; None when a raw entry's size
+    differs from what its shape needs (the full validation then gives Triton's error)."""
+    feeds: dict[str, np.ndarray] = {}
+    for planned, entry in zip(plan.inputs, entries, strict=True):
+        if planned.numpy is None:
+            feeds[planned.name] = unpack_bytes(entry, planned.count, f"input '{planned.name}' for model '{spec.name}'"
+                                               ).reshape(planned.shape)
+        elif len(entry) != planned.nbytes:
+            return None
+        else:
+            feeds[planned.name] = np.frombuffer(entry, planned.numpy).reshape(planned.shape)
+    return feeds
+
+
+def _remember(spec: ModelSpec, signature: Hashable, inputs: list[pb.ModelInferRequest.InferInputTensor],
+              decoded: DecodedRequest) -> None:
+    """Keep what a fully validated request became under its signature (at most ``MAX_MEMO`` per model)."""
+    planned = []
+    for sent in inputs:
+        dtype = spec.inputs_by_name[sent.name].dtype
+        array = decoded.feeds[sent.name]
+        planned.append(InputPlan(sent.name, None if dtype is BYTES else array.dtype, array.shape, array.size,
+                                  array.nbytes))
+    if len(spec.plans) >= MAX_MEMO:
+        spec.plans.clear()
+    spec.plans[signature] = RequestPlan(tuple(planned), tuple(decoded.outputs), tuple(decoded.output_names),
+                                        decoded.batch_size)
 
 
 def encode_response(request: pb.ModelInferRequest, spec: ModelSpec, version: int, decoded: DecodedRequest,
@@ -95,29 +163,50 @@ def encode_response(request: pb.ModelInferRequest, spec: ModelSpec, version: int
     Raises:
         InvalidInput: an output larger than its shared memory range.
     """
-    response = pb.ModelInferResponse(model_name=spec.name, model_version=str(version), id=request.id)
-    described_outputs = response.outputs
-    placed = decoded.output_memory
-    shaped = []
-    contents: list[bytes] = []
-    for tensor, array in zip(decoded.outputs, arrays, strict=True):
+    shaped = arrays
+    for i, tensor in enumerate(decoded.outputs):
         if tensor.reshape is not None and list(tensor.dims).count(-1) <= 1:
+            array = arrays[i]
             batch = [array.shape[0]] if spec.max_batch_size > 0 and array.ndim else []
-            array = array.reshape(batch + list(tensor.dims))
-        shaped.append(array)
-        out = described_outputs.add(name=tensor.name, datatype=tensor.dtype.v2, shape=array.shape)
-        if placed and tensor.name in placed:
-            target, described = placed[tensor.name]
-            _write(target, array, tensor)
-            for key, value in described.parameters.items():
-                out.parameters[key].CopyFrom(value)
-            if raw:
+            if shaped is arrays:
+                shaped = list(arrays)
+            shaped[i] = array.reshape(batch + list(tensor.dims))
+    response = pb.ModelInferResponse.FromString(_description(spec, version, decoded, shaped))
+    if request.id:
+        response.id = request.id
+    placed = decoded.output_memory
+    if placed:
+        contents: list[bytes] = []
+        for tensor, array, out in zip(decoded.outputs, shaped, response.outputs[:], strict=True):
+            if tensor.name in placed:
+                target, described = placed[tensor.name]
+                _write(target, array, tensor)
+                for key, value in described.parameters.items():
+                    out.parameters[key].CopyFrom(value)
                 contents.append(b"")
-        elif raw:
-            contents.append(to_raw(array, tensor.dtype))
-    if contents:
-        response.raw_output_contents.extend(contents)
+            elif raw:
+                contents.append(to_raw(array, tensor.dtype))
+        if raw:
+            response.raw_output_contents.extend(contents)
+    elif raw:
+        response.raw_output_contents.extend([to_raw(a, t.dtype) for t, a in zip(decoded.outputs, shaped, strict=True)])
     return response, shaped
+
+
+def _description(spec: ModelSpec, version: int, decoded: DecodedRequest, arrays: list[np.ndarray]) -> bytes:
+    """The serialized response without ``id`` and data: the model, its version and each output's
+    name, datatype and shape (kept in ``spec.responses``, at most ``MAX_MEMO``)."""
+    key = (version, decoded.output_names, tuple([array.shape for array in arrays]))
+    described = spec.responses.get(key)
+    if described is None:
+        response = pb.ModelInferResponse(model_name=spec.name, model_version=str(version))
+        for tensor, array in zip(decoded.outputs, arrays, strict=True):
+            response.outputs.add(name=tensor.name, datatype=tensor.dtype.v2, shape=array.shape)
+        described = response.SerializeToString()
+        if len(spec.responses) >= MAX_MEMO:
+            spec.responses.clear()
+        spec.responses[key] = described
+    return described
 
 
 def _write(target: RegionRange, array: np.ndarray, tensor: TensorSpec) -> None:

@@ -8,7 +8,10 @@ metadata then shows it as -1 (Triton ``tritonserver.cc``).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from kserve_v2 import datatypes
 from kserve_v2._proto import model_config_pb2 as mc
@@ -36,6 +39,33 @@ class TensorSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class InputPlan:
+    """How one raw entry becomes a feed: its array's dtype (None: BYTES), the shape the model
+    sees (reshape applied), its element count and its byte size (numeric types)."""
+
+    name: str
+    numpy: np.dtype | None
+    shape: tuple[int, ...]
+    count: int
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPlan:
+    """The outcome of validating one request signature (``kserve_v2.inference.decode_request``):
+    what each raw entry becomes, the outputs, their names and the batch size."""
+
+    inputs: tuple[InputPlan, ...]
+    outputs: tuple[TensorSpec, ...]
+    output_names: tuple[str, ...]
+    batch_size: int
+
+
+# entries of each of a model's memos (``ModelSpec.plans``, ``ModelSpec.responses``); emptied when full
+MAX_MEMO = 256
+
+
+@dataclass(frozen=True, slots=True)
 class ModelSpec:
     """The validated tensor interface of one model (all versions share it)."""
 
@@ -46,10 +76,16 @@ class ModelSpec:
     # the same tensors by name, built once (request validation looks them up per request)
     inputs_by_name: dict[str, TensorSpec] = field(init=False, repr=False, compare=False)
     outputs_by_name: dict[str, TensorSpec] = field(init=False, repr=False, compare=False)
+    # request validation's memo (``kserve_v2.inference``): a request signature -> what such a
+    # request decodes to, and (version, output names and shapes) -> the serialized response without data
+    plans: dict[Hashable, RequestPlan] = field(init=False, repr=False, compare=False)
+    responses: dict[Hashable, bytes] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs_by_name", {t.name: t for t in self.inputs})
         object.__setattr__(self, "outputs_by_name", {t.name: t for t in self.outputs})
+        object.__setattr__(self, "plans", {})
+        object.__setattr__(self, "responses", {})
 
     @classmethod
     def from_config(cls, config: mc.ModelConfig) -> ModelSpec:
