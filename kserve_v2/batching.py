@@ -123,6 +123,11 @@ class DynamicBatcher:
             self._leave(request)
             request.future.set_exception(Unavailable("Request timeout expired"))
 
+    def forms_batch_of_one(self) -> bool:
+        """Whether a request arriving now would be dispatched alone at once: the loop holds a free
+        instance, the queue is empty and there is no queue delay to wait for others."""
+        return self._waiting and not self._delay_ns and not self._queue
+
     async def _alone(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                      parameters: Mapping[str, Parameter]) -> tuple[Execution, int, int]:
         """A lone request with no queue delay, on the instance the idle loop holds: the batch the loop

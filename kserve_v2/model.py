@@ -41,7 +41,7 @@ class ModelVersion:
     """One READY version of a model.
 
     Attributes:
-        name, version: identity (version > 0).
+        name, version: identity (version > 0); label: the version as text (metric labels, responses).
         config: the completed ModelConfig served by the ModelConfig RPC.
         spec: tensor interface used for validation and metadata.
         stats: Triton-style counters.
@@ -52,6 +52,7 @@ class ModelVersion:
                  sequence: SequenceSettings | None = None) -> None:
         self.name = name
         self.version = version
+        self.label = str(version)
         self.config = config
         self.spec = ModelSpec.from_config(config)
         self.stats = ModelStats()
@@ -91,9 +92,19 @@ class ModelVersion:
         Raises:
             Overloaded / Unavailable: the batcher's queue is full, or its timeout expired.
         """
-        if self._batcher is not None:
+        batcher = self._batcher
+        if self._cost_ns < INLINE_NS and (batcher is None or self._batching.inline and isinstance(batcher, DynamicBatcher)
+                                          and batcher.forms_batch_of_one()):
+            input_bytes = 0
+            for array in feeds.values():
+                input_bytes += array.nbytes
+            if self.runs_inline(input_bytes):  # the batch of one the batcher would form, run here and now
+                execution, started, finished = self._inline(
+                    lambda: self._executable.execute(feeds, output_names, parameters))
+                return execution, 0, finished - started - execution.pre_ns - execution.post_ns
+        if batcher is not None:
             batch_size = self._batching.items(feeds, batch_size)
-            execution, queue_ns, run_ns = await self._batcher.submit(feeds, output_names, parameters, batch_size)
+            execution, queue_ns, run_ns = await batcher.submit(feeds, output_names, parameters, batch_size)
         else:
             submitted = time.perf_counter_ns()
             execution, started, finished = await self._execute(feeds, output_names, parameters)
@@ -133,31 +144,17 @@ class ModelVersion:
         and tells running work to stop (``kserve_v2.cancellation``: ONNX Runtime terminates
         between nodes); work on the loop takes microseconds and runs to its end.
         """
+        if self.runs_inline(input_bytes):
+            return self._inline(work)
+        cancellation = Cancellation()
         started = finished = 0
 
-        def timed() -> T:
-            nonlocal started, finished
-            started, cpu = time.perf_counter_ns(), time.thread_time_ns()
-            try:
-                return work()
-            finally:
-                finished, cpu = time.perf_counter_ns(), time.thread_time_ns() - cpu
-                # CPU time of the calling thread: what the loop would be blocked for, without others' preemption
-                cost = self._cost_ns
-                self._cost_ns = cpu if cost == _UNMEASURED else 0.8 * cost + 0.2 * cpu
-
-        if self.runs_inline(input_bytes):
-            self._running += 1
-            try:
-                return timed(), started, finished
-            finally:
-                self._running -= 1
-        cancellation = Cancellation()
-
         def on_thread() -> T:
+            nonlocal started, finished
             running(cancellation)
             try:
-                return timed()
+                result, started, finished = self._timed(work)
+                return result
             finally:
                 running(None)
 
@@ -180,6 +177,26 @@ class ModelVersion:
             raise
         self._running -= 1
         return result, started, finished
+
+    def _inline(self, work: Callable[[], T]) -> tuple[T, int, int]:
+        """Run ``work`` on the event loop, counted as a running execution: (result, started_ns, finished_ns)."""
+        self._running += 1
+        try:
+            return self._timed(work)
+        finally:
+            self._running -= 1
+
+    def _timed(self, work: Callable[[], T]) -> tuple[T, int, int]:
+        """(``work()``, started_ns, finished_ns), its thread CPU time folded into the version's cost
+        (what the loop would be blocked for, without other threads' preemption)."""
+        started, cpu = time.perf_counter_ns(), time.thread_time_ns()
+        try:
+            result = work()
+        finally:
+            cpu = time.thread_time_ns() - cpu
+            cost = self._cost_ns
+            self._cost_ns = cpu if cost == _UNMEASURED else 0.8 * cost + 0.2 * cpu
+        return result, started, time.perf_counter_ns()
 
     def _done(self) -> None:
         self._running -= 1

@@ -234,19 +234,21 @@ class InferenceService:
                    raw_inputs: Sequence[Buffer] | None, raw_outputs: bool, wire_bytes: int | None
                    ) -> tuple[pb.ModelInferResponse, RequestReport]:
         started = time.perf_counter_ns()
-        version = str(model.version)
-        if self._metrics is not None:
-            self._metrics.started(model.name, version)
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.started(model.name, model.label)
         try:
             cost, elements = request_cost(request, self._memory is not None, raw_inputs, wire_bytes)
             # a request that costs nothing here cannot fail the budget: no reservation to hold
             with self._budget.reserve(cost, model.name) if cost else _UNRESERVED:
-                decoded = await in_thread(is_heavy(cost, elements), decode_request, request, model.spec, self._memory,
-                                          raw_inputs)
+                if cost and is_heavy(cost, elements):
+                    decoded = await in_thread(True, decode_request, request, model.spec, self._memory, raw_inputs)
+                else:
+                    decoded = decode_request(request, model.spec, self._memory, raw_inputs)
                 decoded_at = time.perf_counter_ns()
                 try:
                     execution, queue_ns, infer_ns = await model.run(
-                        decoded.feeds, [t.name for t in decoded.outputs], decoded.parameters, decoded.batch_size)
+                        decoded.feeds, decoded.output_names, decoded.parameters, decoded.batch_size)
                 except ServerError:
                     raise
                 except Exception as err:
@@ -254,27 +256,29 @@ class InferenceService:
                 ran_at = time.perf_counter_ns()
                 decoded.feeds.clear()  # the inputs' decoded copies are not needed to encode: free them first
                 # without raw contents or shared memory, encoding only describes the outputs: nothing heavy
-                heavy = (raw_outputs or bool(decoded.output_memory)) and _heavy(execution.outputs)
-                response, arrays = await in_thread(heavy, encode_response, request, model.spec, model.version, decoded,
-                                                   execution.outputs, raw_outputs)
+                if (raw_outputs or decoded.output_memory) and _heavy(execution.outputs):
+                    response, arrays = await in_thread(True, encode_response, request, model.spec, model.version,
+                                                       decoded, execution.outputs, raw_outputs)
+                else:
+                    response, arrays = encode_response(request, model.spec, model.version, decoded, execution.outputs,
+                                                       raw_outputs)
         except BaseException as err:
             elapsed = time.perf_counter_ns() - started
             model.stats.record_failure(elapsed)
-            if self._metrics is not None:
+            if metrics is not None:
                 code = err.code if isinstance(err, ServerError) else ErrorCode.CANCELLED
-                self._metrics.failed(model.name, version, api, code, elapsed)
+                metrics.failed(model.name, model.label, api, code, elapsed)
             raise
         finished = time.perf_counter_ns()
-        timing = RequestReport(finished - started, queue_ns, decoded_at - started + execution.pre_ns, infer_ns,
-                               finished - ran_at + execution.post_ns, tokens=execution.tokens,
-                               outputs=() if raw_outputs else tuple(arrays))
-        phases = (timing.total_ns, timing.queue_ns, timing.compute_input_ns, timing.compute_infer_ns,
-                  timing.compute_output_ns)
-        model.stats.record_success(decoded.batch_size, execution.executions, *phases, execution.batch_size)
-        if self._metrics is not None:
-            self._metrics.succeeded(model.name, version, api, decoded.batch_size, execution.executions,
-                                    execution.tokens, *phases)
-        return response, timing
+        total_ns, input_ns, output_ns = finished - started, decoded_at - started + execution.pre_ns, \
+            finished - ran_at + execution.post_ns
+        model.stats.record_success(decoded.batch_size, execution.executions, total_ns, queue_ns, input_ns, infer_ns,
+                                   output_ns, execution.batch_size)
+        if metrics is not None:
+            metrics.succeeded(model.name, model.label, api, decoded.batch_size, execution.executions,
+                              execution.tokens, total_ns, queue_ns, input_ns, infer_ns, output_ns)
+        return response, RequestReport(total_ns, queue_ns, input_ns, infer_ns, output_ns, execution.tokens,
+                                       outputs=() if raw_outputs else tuple(arrays))
 
     # ---- text models: the semantic routes' calls (``kserve_v2.text``) ---------------------
 
