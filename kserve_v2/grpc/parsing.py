@@ -96,11 +96,22 @@ class CheckedRegistration:
 
 
 class _CheckedGeneric(grpc.GenericRpcHandler):
+    """grpc.aio asks a generic handler for every call (it has no registered methods): the wrapped
+    handler is built once per method and handler the inner one gives."""
+
     def __init__(self, inner: grpc.GenericRpcHandler) -> None:
         self._inner = inner
+        self._wrapped: dict[str, tuple[Handler, Handler]] = {}  # method -> (inner handler, wrapped)
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> Handler | None:
         """The inner handler for the call, wrapped with ``checked`` (None when it has none)."""
         handler = self._inner.service(handler_call_details)
-        method = handler_call_details.method.strip("/").replace("/", ".")
-        return None if handler is None else checked(handler, f"{method} request")
+        if handler is None:
+            return None
+        method = handler_call_details.method
+        known = self._wrapped.get(method)
+        if known is not None and known[0] is handler:
+            return known[1]
+        wrapped = checked(handler, f"{method.strip('/').replace('/', '.')} request")
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
