@@ -6,7 +6,7 @@ import gzip
 import zlib
 from collections.abc import Sequence
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -27,32 +27,47 @@ async def read_body(request: Request, limit: int) -> bytes:
         InvalidInput: corrupt compressed data or an unknown encoding -> 400.
         ClientGone: the connection closed while the body was read -> 499 (nobody reads it).
     """
-    declared = request.headers.get("content-length")
+    declared, encoding = header_values(request.scope, b"content-length", b"content-encoding")
     if declared and declared.isdigit() and int(declared) > limit:
-        raise TooLarge(f"request body of {declared} bytes is over the {limit}-byte limit (--http-max-input-size)")
+        raise TooLarge(f"request body of {declared.decode()} bytes is over the {limit}-byte limit (--http-max-input-size)")
     chunks, size = [], 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise TooLarge(f"request body is over the {limit}-byte limit (--http-max-input-size)")
-            chunks.append(chunk)
-    except ClientDisconnect:
-        raise ClientGone("the connection closed before the request body was received") from None
-    body = b"".join(chunks)
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
-    if encoding in ("", "identity"):
+    receive = request.receive  # the ASGI messages themselves: no stream generator per request
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # http.disconnect
+            raise ClientGone("the connection closed before the request body was received")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(f"request body is over the {limit}-byte limit (--http-max-input-size)")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    encoding = (encoding or b"identity").strip().lower()
+    if encoding in (b"", b"identity"):
         return body
-    if encoding not in ("gzip", "deflate"):
-        raise InvalidInput(f"unsupported Content-Encoding '{encoding}': use gzip or deflate")
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
+    if encoding not in (b"gzip", b"deflate"):
+        raise InvalidInput(f"unsupported Content-Encoding '{encoding.decode('latin-1')}': use gzip or deflate")
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == b"gzip" else zlib.MAX_WBITS)
     try:
         data = inflater.decompress(body, limit + 1)
     except zlib.error as err:
-        raise InvalidInput(f"corrupt {encoding} body: {err}") from None
+        raise InvalidInput(f"corrupt {encoding.decode()} body: {err}") from None
     if len(data) > limit or inflater.unconsumed_tail:
         raise TooLarge(f"decompressed request body is over the {limit}-byte limit (--http-max-input-size)")
     return data
+
+
+def header_values(scope: Scope, *names: bytes) -> list[bytes | None]:
+    """The first value of each named header (lower-case names, as ASGI gives them), or None."""
+    found: list[bytes | None] = [None] * len(names)
+    for key, value in scope["headers"]:
+        if key in names:
+            index = names.index(key)
+            if found[index] is None:
+                found[index] = value
+    return found
 
 
 def compressed(content: bytes | Sequence[bytes | memoryview], accept: str, headers: dict[str, str], media: str

@@ -78,7 +78,7 @@ def parse_infer_request(body: bytes, header_length: int | None, model: str, vers
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise InvalidInput("each requested output must be an object with a 'name'")
         output = request.outputs.add(name=item["name"])
-        for key, value in _parameters(item, f"output '{item['name']}'").items():
+        for key, value in _parameters(item, "output", item["name"]).items():
             if key == "binary_data":
                 if value:
                     parsed.binary_outputs.add(item["name"])
@@ -222,12 +222,11 @@ def _add_input(parsed: HttpInfer, item: Any, binary: memoryview, offset: int, ma
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise InvalidInput("each input must be an object with a 'name'")
     name, datatype, shape = item["name"], item.get("datatype"), item.get("shape")
-    if not isinstance(datatype, str) or not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and -(2**63) <= d < 2**63 for d in shape):
+    if type(datatype) is not str or type(shape) is not list or not _int64_list(shape):
         raise InvalidInput(f"input '{name}' needs a 'datatype' string and a 'shape' list of int64 integers")
     tensor = request.inputs.add(name=name, datatype=datatype, shape=shape)
-    parameters = _parameters(item, f"input '{name}'")
-    size = parameters.pop("binary_data_size", None)
+    parameters = _parameters(item, "input", name)
+    size = parameters.pop("binary_data_size", None) if parameters else None
     for key, value in parameters.items():
         _set_parameter(tensor.parameters[key], value, key)
     if size is not None:
@@ -237,7 +236,7 @@ def _add_input(parsed: HttpInfer, item: Any, binary: memoryview, offset: int, ma
             raise InvalidInput(f"binary_data_size of input '{name}' does not fit the binary data of the body")
         parsed.raw.append(binary[offset : offset + size])
         return offset + size
-    if any(k.startswith("shared_memory") for k in parameters):
+    if parameters and any(k.startswith("shared_memory") for k in parameters):
         if "data" in item:
             raise InvalidInput(f"input '{name}' has both 'data' and shared memory parameters")
         return offset  # no raw entry: the core reads it from the region
@@ -257,7 +256,9 @@ def _json_to_raw(data: Any, datatype: str, shape: list[int], name: str, max_byte
         if not all(isinstance(v, str) for v in flat):
             raise InvalidInput(f"BYTES data of input '{name}' must be JSON strings")
         return pack_bytes(np.array(flat, dtype=object))
-    declared = math.prod(max(d, 0) for d in shape) * dtype.itemsize
+    declared = dtype.itemsize
+    for dim in shape:
+        declared *= max(dim, 0)
     if declared > max_bytes:
         raise TooLarge(f"input '{name}' of shape {shape} would take {declared} bytes, over the {max_bytes}-byte limit")
     # parsed JSON holds exact types (bool is not taken for a number, nor a number for a bool)
@@ -315,11 +316,28 @@ def _dtype(datatype: str) -> datatypes.DType:
     return dtype
 
 
-def _parameters(item: dict[str, Any], what: str) -> dict[str, Any]:
-    parameters = item.get("parameters") or {}
-    if not isinstance(parameters, dict):
+def _parameters(item: dict[str, Any], kind: str, name: str = "") -> dict[str, Any]:
+    """A copy of the ``parameters`` object of the request (``kind`` "request") or of a named input
+    or output (an empty dict when there is none).
+
+    Raises:
+        InvalidInput: ``parameters`` is not a JSON object.
+    """
+    parameters = item.get("parameters")
+    if not parameters:
+        return {}
+    if type(parameters) is not dict:
+        what = kind if kind == "request" else f"{kind} '{name}'"
         raise InvalidInput(f"parameters of {what} must be a JSON object")
     return dict(parameters)
+
+
+def _int64_list(values: list[Any]) -> bool:
+    """Whether every value is a JSON integer (not a boolean) that fits int64."""
+    for value in values:
+        if type(value) is not int or not -(2**63) <= value < 2**63:
+            return False
+    return True
 
 
 def _set_parameter(target: pb.InferParameter, value: Any, key: str) -> None:

@@ -35,7 +35,7 @@ from kserve_v2.inference import Buffer
 from kserve_v2.offload import in_process, in_thread, is_heavy
 from kserve_v2.service import InferenceService
 from kserve_v2.status import StatusReporter
-from transcoding.http_body import compressed, read_body
+from transcoding.http_body import compressed, header_values, read_body
 from transcoding.http_metrics import HttpMetrics, HttpMetricsMiddleware
 from transcoding.http_routes import Handler, guarded
 from transcoding.http_status import error_response
@@ -50,6 +50,7 @@ from transcoding.timing import timing_headers
 from transcoding.triton_extensions import extension_routes
 
 HEADER_LENGTH = "inference-header-content-length"
+_HEADER_LENGTH = HEADER_LENGTH.encode()
 # response headers a browser script may read under CORS
 EXPOSED_HEADERS = (HEADER_LENGTH, "X-Trace-ID", "X-Total-Time", "X-Queue-Time", "X-Tokenization-Time",
                    "X-Inference-Time", "X-Postprocessing-Time", "Retry-After")
@@ -150,7 +151,8 @@ class V2Routes:
         """``POST /v2/models/{model}[/versions/{version}]/infer``: JSON, or JSON with binary tensors."""
         received = time.perf_counter_ns()
         name, version = _path(request)
-        parsed = await self.parse_infer(request, name, version)
+        header_length, accept = header_values(request.scope, _HEADER_LENGTH, b"accept-encoding")
+        parsed = await self.parse_infer(request, name, version, header_length)
         service = self.service
         carrier = dict(request.headers) if service.traces else None  # a W3C traceparent, read only when tracing
         response, report = await service.model_infer_reported(parsed.request, carrier, raw_inputs=parsed.raw,
@@ -162,22 +164,30 @@ class V2Routes:
             content, json_length = await in_process(True, render_detached, response,
                                                     replace(parsed, request=pb.ModelInferRequest(), raw=[]), arrays)
         else:  # binary outputs are views of the arrays; BYTES are framed or decoded element by element
-            content, json_length = await in_thread(is_heavy(0, sum(a.size for a in arrays if a.dtype == object)),
-                                                   render_infer_response, response, parsed, arrays)
+            texts = 0
+            for array in arrays:
+                if array.dtype.hasobject:
+                    texts += array.size
+            if is_heavy(0, texts):
+                content, json_length = await in_thread(True, render_infer_response, response, parsed, arrays)
+            else:
+                content, json_length = render_infer_response(response, parsed, arrays)
         headers = timing_headers(report, time.perf_counter_ns() - received)
         if report.trace_id:
             headers["X-Trace-ID"] = report.trace_id
         if json_length is not None:
             headers["Inference-Header-Content-Length"] = str(json_length)
         media = "application/json" if json_length is None else "application/octet-stream"
-        accept = request.headers.get("accept-encoding", "")
-        return await in_thread(bool(accept) and is_heavy(sum(map(len, content))), compressed, content, accept,
-                               headers, media)
+        encodings = accept.decode("latin-1") if accept else ""
+        if encodings and is_heavy(sum(map(len, content))):
+            return await in_thread(True, compressed, content, encodings, headers, media)
+        return compressed(content, encodings, headers, media)
 
-    async def parse_infer(self, request: Request, name: str, version: str) -> HttpInfer:
-        """The infer body as a ``ModelInferRequest`` (binary inputs beside it as views of the body)."""
+    async def parse_infer(self, request: Request, name: str, version: str, header: bytes | None) -> HttpInfer:
+        """The infer body as a ``ModelInferRequest`` (binary inputs beside it as views of the body);
+        ``header``: the request's Inference-Header-Content-Length, if any."""
         body = await read_body(request, self.max_input_bytes)
-        header_length = _header_length(request.headers.get(HEADER_LENGTH))
+        header_length = _header_length(header.decode("latin-1") if header is not None else None)
         if header_length == 0:
             metadata = self.service.model_metadata(pb.ModelMetadataRequest(name=name, version=version))
             return raw_binary_request(body, name, version, metadata)
