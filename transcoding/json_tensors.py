@@ -27,6 +27,7 @@ from kserve_v2.inference import Buffer
 from kserve_v2.tensors import as_buffer, pack_bytes, unpack_bytes
 
 MAX_JSON_DEPTH = 100
+_ARRAY_OR_NONE = (np.ndarray, type(None))
 _NO_JSON = ("FP16", "BF16")
 
 
@@ -186,7 +187,7 @@ def _dump(header: dict[str, Any]) -> bytes:
     (float32 as the shortest text that reads back as the same float32); a response with data as
     Python lists (BYTES, non-finite floats) is written by the standard library as before
     (``\\u`` escapes, NaN and Infinity)."""
-    if all(isinstance(entry.get("data"), np.ndarray | None) for entry in header["outputs"]):
+    if all(isinstance(entry.get("data"), _ARRAY_OR_NONE) for entry in header["outputs"]):
         return orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY)
     return json.dumps(header, separators=(",", ":")).encode()
 

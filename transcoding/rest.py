@@ -364,6 +364,11 @@ def _json_heavy(response: pb.ModelInferResponse, parsed: HttpInfer, arrays: Sequ
     (counted from their element counts, 4 bytes an element)."""
     if parsed.all_binary:
         return False
+    elements = 0
+    for array in arrays:
+        elements += array.size
+    if not is_heavy(elements * 4):  # the common case: small outputs, whatever goes back how
+        return False
     binary = parsed.binary_outputs
     elements = sum(a.size for tensor, a in zip(response.outputs, arrays, strict=True) if tensor.name not in binary)
     return is_heavy(elements * 4)

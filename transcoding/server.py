@@ -55,8 +55,10 @@ class HttpServer:
                  limits: ConnectionLimits | None = None, keepalive_timeout_s: float = 65.0,
                  max_connections: int | None = None, tls: TlsFiles | None = None) -> None:
         self._app = app
+        # no proxy_headers: uvicorn would wrap the app to rewrite the client address from X-Forwarded-*
+        # headers, which nothing here reads (no access log), at a cost on every request
         config = uvicorn.Config(app, host=address, port=port, log_level="warning", access_log=False,
-                                lifespan="off", http=protocol_class(limits or ConnectionLimits()),
+                                proxy_headers=False, lifespan="off", http=protocol_class(limits or ConnectionLimits()),
                                 timeout_graceful_shutdown=exit_timeout_secs,
                                 # uvicorn annotates int but schedules it with loop.call_later (float seconds)
                                 timeout_keep_alive=keepalive_timeout_s,  # type: ignore[arg-type]
