@@ -42,7 +42,7 @@ import tritonclient.http.aio as httpaio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import triton  # noqa: E402 - sibling module
 from cache import cache_dir  # noqa: E402 - sibling module
-from perf import ROOT, perf_analyzer, run, start_server  # noqa: E402 - the sibling benchmark's helpers
+from perf import ROOT, perf_analyzer, run, start_server, tensor_window  # noqa: E402 - the sibling benchmark's helpers
 
 from kserve_v2.allocator import huge_page_environment, this_host  # noqa: E402
 from processes import wait_http  # noqa: E402 - sibling module
@@ -199,7 +199,7 @@ def measure_pa(tool: str, case: Case, ports: dict[str, int], seconds: float, wor
     shape = f"INPUT0:{case.elements}" if case.elements else None
     try:
         return run(tool, ports, case.model, case.concurrency, seconds, shape, work, case.protocol, case.tensor_format,
-                   stability=999)
+                   stability=999, window_requests=tensor_window(case.elements * 4, seconds))
     except subprocess.CalledProcessError as err:
         return f"fails: perf_analyzer exit {err.returncode}"
 

@@ -69,15 +69,32 @@ def unbatched_repository(source: Path, target: Path) -> Path:
     return target
 
 
+# perf_analyzer 2.60 holds memory for every request it sends until it exits (about 1.3 GB per 1,000 requests
+# of 1 MiB), and over HTTP its time windows of 1 MiB tensors ran on past 20 s until it was OOM-killed at
+# 22 GB: tensors of 1 MiB and more are measured over windows of a request count instead, each moving at
+# most this many tensor bytes
+WINDOW_BYTES = 600 * 2**20
+
+
+def tensor_window(tensor_bytes: int, seconds: float) -> int | None:
+    """Requests per measurement window for tensors of ``tensor_bytes`` (about ``seconds`` at 100
+    infer/s, at most ``WINDOW_BYTES``, at least 10); None below 1 MiB: time windows of ``seconds``."""
+    if tensor_bytes < 2**20:
+        return None
+    return max(10, min(int(seconds * 100), WINDOW_BYTES // tensor_bytes))
+
+
 def run(tool: str, ports: dict[str, int], model: str, concurrency: int, seconds: float, shape: str | None,
         workdir: Path, protocol: str = "grpc", tensor_format: str | None = None, shm_bytes: int = 0,
-        stability: int = 25) -> dict[str, float]:
+        stability: int = 25, window_requests: int | None = None) -> dict[str, float]:
     """One perf_analyzer measurement: infer/s and p50/p99 latency in ms (``stability``: percent, a
-    large value takes the first three windows as they are)."""
+    large value takes the first three windows as they are; ``window_requests``: windows of that many
+    requests instead of ``seconds``)."""
     report = workdir / f"{protocol}-{model}-{concurrency}-{shape or 'default'}-{tensor_format}-{shm_bytes}.csv".replace(":", "_")
+    windows = (["--measurement-interval", str(int(seconds * 1000))] if window_requests is None else
+               ["--measurement-mode", "count_windows", "--measurement-request-count", str(window_requests)])
     command = [tool, "-m", model, "-i", protocol, "-u", f"127.0.0.1:{ports[protocol]}", "--concurrency-range", str(concurrency),
-               "--measurement-interval", str(int(seconds * 1000)), "--max-trials", "10",
-               "--stability-percentage", str(stability), "-f", str(report)]
+               *windows, "--max-trials", "10", "--stability-percentage", str(stability), "-f", str(report)]
     if shape:
         command += ["--shape", shape]
     if tensor_format:
@@ -110,10 +127,12 @@ def main() -> None:
             result = run(tool, ports, "simple_unbatched", 16, args.seconds, None, workdir)
             rows.append(("grpc simple c=16 no batching", 64 * 2, result))
             for label, elements in FP32_ELEMENTS.items():
-                result = run(tool, ports, "identity_fp32", 4, args.seconds, f"INPUT0:{elements}", workdir)
+                window = tensor_window(elements * 4, args.seconds)
+                result = run(tool, ports, "identity_fp32", 4, args.seconds, f"INPUT0:{elements}", workdir,
+                             window_requests=window)
                 rows.append((f"grpc identity_fp32 {label} c=4", elements * 4, result))
                 result = run(tool, ports, "identity_fp32", 4, args.seconds, f"INPUT0:{elements}", workdir,
-                             shm_bytes=elements * 4)
+                             shm_bytes=elements * 4, window_requests=window)
                 rows.append((f"shm identity_fp32 {label} c=4", elements * 4, result))
             for tensor_format in ("json", "binary"):
                 result = run(tool, ports, "simple", 4, args.seconds, None, workdir, "http", tensor_format)
