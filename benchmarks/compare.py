@@ -17,7 +17,7 @@ Cases: `simple` over gRPC at concurrency 1, 4, 16; over REST with JSON at 4; the
 at 1 MiB (concurrency 4) and 16 MiB (concurrency 1) over gRPC and over REST with binary tensors.
 Then our cold start to ready and idle RSS next to Triton's, and benchmarks/encode.py.
 
-Usage: python benchmarks/compare.py [--seconds 5] [--smoke] [--skip-triton] [--skip-mlserver]
+Usage: python benchmarks/compare.py [--seconds 5] [--smoke] [--skip-triton] [--skip-mlserver] [--case TEXT ...]
 """
 
 from __future__ import annotations
@@ -247,7 +247,10 @@ def main() -> None:
     parser.add_argument("--skip-mlserver", action="store_true", help="leave MLServer out")
     parser.add_argument("--triton-if-cached", action="store_true",
                         help="run Triton only when its environment is already in the cache (no download)")
+    parser.add_argument("--case", action="append", default=[],
+                        help="run only the cases whose label contains this text (repeatable)")
     args = parser.parse_args()
+    cases = [case for case in CASES if not args.case or any(text in case.label for text in args.case)]
     seconds = 0.5 if args.smoke else args.seconds
     tool = perf_analyzer()
     triton_env = None if args.skip_triton else triton.environment(create=not args.triton_if_cached)
@@ -266,7 +269,7 @@ def main() -> None:
                 running[server] = launch()
             # every server up at once (idle ones cost next to nothing), measured case by case, back to back:
             # on a shared, noisy box the figures of one row are then taken within the same minute
-            for case in CASES:
+            for case in cases:
                 for server, (_, ports) in running.items():
                     if server != "MLServer":
                         pa[(server, case.label)] = measure_pa(tool, case, ports, seconds, work)
@@ -285,7 +288,7 @@ def main() -> None:
     print("| case | ours | Triton 2.51 | ceiling | ours / Triton | ours / ceiling | ours (tritonclient) "
           "| MLServer 1.7 (tritonclient) | ours / MLServer |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for case in CASES:
+    for case in cases:
         ours, theirs = pa.get(("ours", case.label)), pa.get(("Triton", case.label))
         top, ours_tc, mls = pa.get(("ceiling", case.label)), tc.get(("ours", case.label)), tc.get(("MLServer", case.label))
         print(f"| {case.label} | {_cell(ours, case)} | {_cell(theirs, case)} | {_cell(top, case)} | {_ratio(ours, theirs)} "

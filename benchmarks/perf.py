@@ -73,7 +73,7 @@ def unbatched_repository(source: Path, target: Path) -> Path:
 # of 1 MiB), and over HTTP its time windows of 1 MiB tensors ran on past 20 s until it was OOM-killed at
 # 22 GB: tensors of 1 MiB and more are measured over windows of a request count instead, each moving at
 # most this many tensor bytes
-WINDOW_BYTES = 600 * 2**20
+WINDOW_BYTES = 256 * 2**20
 
 
 def tensor_window(tensor_bytes: int, seconds: float) -> int | None:
