@@ -78,3 +78,16 @@ def test_cpu_per_request_harness_prints_its_table() -> None:
     for total, loop_thread, others, rate in rows.values():
         assert float(total.split(" (")[0]) > 0 and float(loop_thread) > 0 and float(others) >= 0
         assert float(rate.replace(",", "")) > 0  # the server answered the load
+
+
+def test_in_process_harness_prints_its_table() -> None:
+    """benchmarks/in_process.py --smoke: the gRPC handler's and the REST application's CPU per request,
+    from real calls on the example `simple` model (the REST app must have answered 200)."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "in_process.py"), "--smoke"], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in done.stdout.splitlines()
+            if line.startswith("| this checkout")]
+    assert len(rows) == 1, done.stdout
+    _, grpc_us, rest_us = rows[0]
+    assert float(grpc_us.split(" (")[0]) > 0 and float(rest_us.split(" (")[0]) > 0

@@ -1,0 +1,144 @@
+"""CPU time of one `simple` request through our own code, in-process: no network, no load generator.
+
+Two measurements, each the process CPU time of many calls divided by their number:
+- grpc: what the gRPC handler does per request: parse a fresh ModelInferRequest from its bytes (as
+  grpc.aio's deserializer does), ``InferenceService.model_infer``, serialize the response;
+- rest: the REST ASGI application (``transcoding.rest.build_app``, metrics on) answering
+  ``POST /v2/models/simple/infer`` with a JSON body, without uvicorn.
+Each call yields to the event loop once, as a server would between requests. These figures are
+the steadiest on a shared machine; in the running server the same code costs about 1.5-2 times as
+much (caches and branch predictors shared with grpc, uvicorn and the kernel).
+
+``--source DIR`` measures another checkout as well (``git worktree add /tmp/before main``), each in
+its own process, rounds alternating, to compare before and after in one sitting.
+
+Usage: python benchmarks/in_process.py [--requests 20000] [--rounds 3] [--source DIR] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+BODY = json.dumps({"inputs": [
+    {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
+    {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}]}).encode()
+WARM_UP = 2000
+
+
+async def _measure(source: Path, requests: int) -> dict[str, float]:
+    """µs of CPU per call of each path, with the code of ``source`` (already first on sys.path)."""
+    import numpy as np
+    from prometheus_client import CollectorRegistry
+
+    from kserve_v2._proto import grpc_service_pb2 as pb
+    from kserve_v2.metrics import InferenceMetrics
+    from kserve_v2.repository.manager import ModelManager
+    from kserve_v2.service import InferenceService, ServerState
+    from transcoding.rest import build_app
+
+    manager = ModelManager([source / "examples" / "model_repository"], 0, lambda: None, ready_when_empty=True)
+    await manager.load_startup_models(["simple"])
+    state = ServerState(False)
+    state.started = True
+    registry = CollectorRegistry()
+    service = InferenceService(manager, state, "in-process", "explicit", InferenceMetrics(registry))
+    app = build_app(service, 64 << 20, registry)
+
+    message = pb.ModelInferRequest(model_name="simple")
+    message.parameters["triton_enable_empty_final_response"].bool_param = True  # as perf_analyzer sends
+    for name, data in (("INPUT0", np.arange(16, dtype="<i4")), ("INPUT1", np.ones(16, "<i4"))):
+        message.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+        message.raw_input_contents.append(data.tobytes())
+    for name in ("OUTPUT0", "OUTPUT1"):
+        message.outputs.add(name=name)
+    wire = message.SerializeToString()
+
+    async def grpc_call() -> None:
+        request = pb.ModelInferRequest.FromString(wire)
+        (await service.model_infer(request, None, len(wire))).SerializeToString()
+
+    headers = [(b"host", b"127.0.0.1"), (b"content-length", str(len(BODY)).encode()), (b"accept", b"*/*")]
+    statuses: list[object] = []
+
+    async def rest_call() -> None:
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/v2/models/simple/infer", "raw_path": b"/v2/models/simple/infer",
+                 "query_string": b"", "root_path": "", "headers": headers, "client": ("127.0.0.1", 1),
+                 "server": ("127.0.0.1", 8000)}
+        messages = [{"type": "http.request", "body": BODY, "more_body": False}]
+
+        async def receive() -> dict[str, object]:
+            return messages.pop() if messages else {"type": "http.disconnect"}
+
+        async def send(sent: dict[str, object]) -> None:
+            if sent["type"] == "http.response.start":
+                statuses.append(sent["status"])
+
+        await app(scope, receive, send)
+
+    results = {}
+    for label, call, count in (("grpc", grpc_call, requests), ("rest", rest_call, max(requests // 2, 1))):
+        for _ in range(WARM_UP):
+            await call()
+            await asyncio.sleep(0)
+        began = time.process_time()
+        for _ in range(count):
+            await call()
+            await asyncio.sleep(0)
+        results[label] = (time.process_time() - began) / count * 1e6
+    if set(statuses) != {200}:
+        raise SystemExit(f"REST answered {sorted(set(statuses))}, not 200")
+    return results
+
+
+def _worker(requests: int) -> None:
+    import uvloop
+
+    print(json.dumps(uvloop.run(_measure(Path.cwd(), requests))))
+
+
+def _round(source: Path, requests: int) -> dict[str, float]:
+    done = subprocess.run([sys.executable, str(HERE / "in_process.py"), "--worker", "--requests", str(requests)],
+                          cwd=source, env={**os.environ, "PYTHONPATH": str(source)}, capture_output=True, text=True,
+                          check=True)
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=20000, help="gRPC calls per round (REST: half as many)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--source", type=Path, help="also measure this checkout (before/after)")
+    parser.add_argument("--smoke", action="store_true", help="a few calls: checks the harness, not the speed")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        _worker(args.requests)
+        return
+    requests, rounds = (50, 1) if args.smoke else (args.requests, args.rounds)
+    sources = {"this checkout": ROOT} | ({f"{args.source.name}": args.source.resolve()} if args.source else {})
+    figures: dict[str, list[dict[str, float]]] = {label: [] for label in sources}
+    for _ in range(rounds):
+        for label, source in sources.items():
+            figures[label].append(_round(source, requests))
+    print("| source | gRPC handler, us / request | REST app, us / request |")
+    print("|---|---|---|")
+    for label, values in figures.items():
+        cells = [f"{statistics.median(v[path] for v in values):.1f} (rounds: "
+                 f"{', '.join(f'{v[path]:.1f}' for v in values)})" for path in ("grpc", "rest")]
+        print(f"| {label} | {cells[0]} | {cells[1]} |")
+
+
+if __name__ == "__main__":
+    main()
