@@ -128,9 +128,10 @@ def render_infer_response(response: pb.ModelInferResponse, parsed: HttpInfer, ar
     if response.id:
         header["id"] = response.id
     outputs, blobs = [], []
-    for tensor, array in zip(response.outputs, arrays, strict=True):
-        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
-        if "shared_memory_region" in tensor.parameters:
+    # upb's repeated fields read by slicing: iterating one ends on an IndexError whose message is formatted
+    for tensor, array in zip(response.outputs[:], arrays, strict=True):
+        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape[:]}
+        if len(tensor.parameters) and "shared_memory_region" in tensor.parameters:
             pass  # written into the client's region: named only, no data and no parameters, as Triton answers
         elif parsed.all_binary or tensor.name in parsed.binary_outputs:
             blob = as_buffer(array, _dtype(tensor.datatype))
@@ -141,7 +142,7 @@ def render_infer_response(response: pb.ModelInferResponse, parsed: HttpInfer, ar
         outputs.append(entry)
     header["outputs"] = outputs
     text = _dump(header)
-    if not any(len(blob) for blob in blobs):
+    if not blobs or not any(len(blob) for blob in blobs):
         return [text], None
     return [text, *blobs], len(text)
 
