@@ -61,9 +61,8 @@ class DynamicBatcher:
     """
 
     def __init__(self, config: mc.ModelDynamicBatching, max_batch_size: int, instances: int, execute: Execute,
-                 key: Key | None = None, inline: Callable[[int], bool] | None = None) -> None:
+                 key: Key | None = None) -> None:
         self._key = key or row_key
-        self._inline = inline
         self._waiting = False  # the loop holds a free instance and waits for a request
         self._max_batch = max_batch_size
         self._preferred = sorted({s for s in config.preferred_batch_size if 0 < s <= max_batch_size})
@@ -92,9 +91,6 @@ class DynamicBatcher:
             raise Overloaded("Exceeds maximum queue size")
         if self._loop_task is None:
             self._loop_task = asyncio.get_running_loop().create_task(self._loop())
-        if (self._waiting and not self._delay_ns and not self._queue and self._inline is not None
-                and self._inline(sum(a.nbytes for a in feeds.values()))):
-            return await self._alone(feeds, output_names, parameters)
         request = _Request(feeds, output_names, parameters, batch_size, self._key(feeds, output_names, parameters),
                            time.perf_counter_ns(),
                            asyncio.get_running_loop().create_future())
@@ -127,16 +123,6 @@ class DynamicBatcher:
         """Whether a request arriving now would be dispatched alone at once: the loop holds a free
         instance, the queue is empty and there is no queue delay to wait for others."""
         return self._waiting and not self._delay_ns and not self._queue
-
-    async def _alone(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                     parameters: Mapping[str, Parameter]) -> tuple[Execution, int, int]:
-        """A lone request with no queue delay, on the instance the idle loop holds: the batch the loop
-        would form at once. Only for work that runs on the event loop, so nothing interleaves."""
-        enqueued = time.perf_counter_ns()
-        (share,), started, finished = await self._execute([feeds], output_names, parameters)
-        if isinstance(share, Exception):
-            raise share
-        return share, started - enqueued, finished - started
 
     def stop(self) -> None:
         """Stop forming batches (the version is retired; its queue is empty)."""

@@ -50,8 +50,6 @@ class DecodedRequest:
             self.output_names = tuple(t.name for t in self.outputs)
 
 
-
-
 def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None = None,
                    raw: Sequence[Buffer] | None = None) -> DecodedRequest:
     """Validate a request against the model and decode its tensors.

@@ -71,13 +71,15 @@ class ModelVersion:
         limit = self._batching.limit(config) if config.HasField("dynamic_batching") else 0
         if limit > 0:
             self._batcher = DynamicBatcher(config.dynamic_batching, limit, instances, self._execute_batch,
-                                           self._batching.key, self.runs_inline if self._batching.inline else None)
+                                           self._batching.key)
         if sequence is not None:
             self._batcher = SequenceBatcher(sequence, instances, self._execute_batch)
 
     async def run(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                   parameters: Mapping[str, Parameter], batch_size: int) -> tuple[Execution, int, int]:
-        """Execute off the event loop, through the dynamic batcher when the version has one.
+        """Execute off the event loop, through the dynamic batcher when the version has one; work
+        measured to be tiny (see ``runs_inline``) runs on the loop, and when the dynamic batcher
+        would dispatch the request alone at once (idle, no queue delay) it executes here and now.
 
         Args:
             feeds: input name -> array in the model's shape.
@@ -93,15 +95,11 @@ class ModelVersion:
             Overloaded / Unavailable: the batcher's queue is full, or its timeout expired.
         """
         batcher = self._batcher
-        if self._cost_ns < INLINE_NS and (batcher is None or self._batching.inline and isinstance(batcher, DynamicBatcher)
-                                          and batcher.forms_batch_of_one()):
-            input_bytes = 0
-            for array in feeds.values():
-                input_bytes += array.nbytes
-            if self.runs_inline(input_bytes):  # the batch of one the batcher would form, run here and now
-                execution, started, finished = self._inline(
-                    lambda: self._executable.execute(feeds, output_names, parameters))
-                return execution, 0, finished - started - execution.pre_ns - execution.post_ns
+        alone = batcher is None or (self._batching.inline and isinstance(batcher, DynamicBatcher)
+                                    and batcher.forms_batch_of_one())
+        if alone and self.runs_inline(_nbytes(feeds)):  # the batch of one the batcher would form, run here and now
+            execution, started, finished = self._inline(lambda: self._executable.execute(feeds, output_names, parameters))
+            return execution, 0, finished - started - execution.pre_ns - execution.post_ns
         if batcher is not None:
             batch_size = self._batching.items(feeds, batch_size)
             execution, queue_ns, run_ns = await batcher.submit(feeds, output_names, parameters, batch_size)
@@ -123,7 +121,7 @@ class ModelVersion:
                     share.batch_size = size
             return shares
 
-        return await self._on_instance(execute, sum(a.nbytes for m in members for a in m.values()))
+        return await self._on_instance(execute, sum(map(_nbytes, members)))
 
     @property
     def text(self) -> TextContract | None:
@@ -134,7 +132,7 @@ class ModelVersion:
                        parameters: Mapping[str, Parameter]) -> tuple[Execution, int, int]:
         """One execution on an instance thread: (execution, started_ns, finished_ns)."""
         return await self._on_instance(lambda: self._executable.execute(feeds, output_names, parameters),
-                                       sum(a.nbytes for a in feeds.values()))
+                                       _nbytes(feeds))
 
     async def _on_instance(self, work: Callable[[], T], input_bytes: int) -> tuple[T, int, int]:
         """Run ``work`` on an instance: (its result, started_ns, finished_ns).
@@ -226,6 +224,14 @@ class ModelVersion:
         """Wait for running executions and release the backend (blocking)."""
         self._executor.shutdown(wait=True)
         del self._executable
+
+
+def _nbytes(feeds: dict[str, np.ndarray]) -> int:
+    """The bytes of a request's input arrays."""
+    total = 0
+    for array in feeds.values():
+        total += array.nbytes
+    return total
 
 
 class RowBatching:
