@@ -36,16 +36,14 @@ def is_heavy(nbytes: int, elements: int = 0) -> bool:
     return nbytes >= HEAVY_BYTES or elements >= HEAVY_ELEMENTS
 
 
-async def in_thread(heavy: bool, work: Callable[..., T], *args: object) -> T:
-    """``work(*args)``: inline when not ``heavy``, else on the decode thread pool."""
-    if not heavy:
-        return work(*args)
+async def in_thread(work: Callable[..., T], *args: object) -> T:
+    """``work(*args)`` on the decode thread pool (callers run light work inline, without a coroutine)."""
     return await asyncio.get_running_loop().run_in_executor(_threads, partial(work, *args))
 
 
-async def in_process(heavy: bool, work: Callable[..., T], *args: object) -> T:
-    """``work(*args)``: inline when not ``heavy``, else in the worker process (``work`` and its
-    arguments and result must pickle; exceptions come back as raised).
+async def in_process(work: Callable[..., T], *args: object) -> T:
+    """``work(*args)`` in the worker process (``work`` and its arguments and result must pickle;
+    exceptions come back as raised).
 
     A worker that dies (killed, out of memory) is replaced, and the work tried once more.
 
@@ -53,8 +51,6 @@ async def in_process(heavy: bool, work: Callable[..., T], *args: object) -> T:
         TooLarge: the worker died twice on this work -> RESOURCE_EXHAUSTED / 413.
     """
     global _processes
-    if not heavy:
-        return work(*args)
     for attempt in range(2):
         if _processes is None:
             _processes = ProcessPoolExecutor(max_workers=JSON_PROCESSES, mp_context=multiprocessing.get_context("spawn"))

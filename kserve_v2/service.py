@@ -242,7 +242,7 @@ class InferenceService:
             # a request that costs nothing here cannot fail the budget: no reservation to hold
             with self._budget.reserve(cost, model.name) if cost else _UNRESERVED:
                 if cost and is_heavy(cost, elements):
-                    decoded = await in_thread(True, decode_request, request, model.spec, self._memory, raw_inputs)
+                    decoded = await in_thread(decode_request, request, model.spec, self._memory, raw_inputs)
                 else:
                     decoded = decode_request(request, model.spec, self._memory, raw_inputs)
                 decoded_at = time.perf_counter_ns()
@@ -257,7 +257,7 @@ class InferenceService:
                 decoded.feeds.clear()  # the inputs' decoded copies are not needed to encode: free them first
                 # without raw contents or shared memory, encoding only describes the outputs: nothing heavy
                 if (raw_outputs or decoded.output_memory) and _heavy(execution.outputs):
-                    response, arrays = await in_thread(True, encode_response, request, model.spec, model.version,
+                    response, arrays = await in_thread(encode_response, request, model.spec, model.version,
                                                        decoded, execution.outputs, raw_outputs)
                 else:
                     response, arrays = encode_response(request, model.spec, model.version, decoded, execution.outputs,

@@ -28,6 +28,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kserve_v2.metrics import histogram_family
+from transcoding.http_body import header_values
 
 EXCLUDED_PREFIXES = ("/v2/health/", "/metrics", "/docs", "/api-doc/", "/status", "/ws/")
 EXCLUDED_PATHS = frozenset({"/"})
@@ -153,6 +154,6 @@ class HttpMetricsMiddleware:
             metrics.ended(labels)
             if state.get("model"):
                 labels = (scope["method"], pattern, state["model"])
-            length = next((value for key, value in scope.get("headers", ()) if key == b"content-length"), b"")
+            (length,) = header_values(scope, b"content-length")
             metrics.completed(labels + (status[0],), time.perf_counter() - started,
-                              int(length) if length.isdigit() else None)
+                              int(length) if length and length.isdigit() else None)

@@ -161,7 +161,7 @@ class V2Routes:
         content: Sequence[Buffer]  # the JSON, then the binary outputs
         json_length: int | None
         if _json_heavy(response, parsed, arrays):  # the JSON writer holds the GIL throughout: a worker process
-            content, json_length = await in_process(True, render_detached, response,
+            content, json_length = await in_process(render_detached, response,
                                                     replace(parsed, request=pb.ModelInferRequest(), raw=[]), arrays)
         else:  # binary outputs are views of the arrays; BYTES are framed or decoded element by element
             texts = 0
@@ -169,7 +169,7 @@ class V2Routes:
                 if array.dtype.hasobject:
                     texts += array.size
             if is_heavy(0, texts):
-                content, json_length = await in_thread(True, render_infer_response, response, parsed, arrays)
+                content, json_length = await in_thread(render_infer_response, response, parsed, arrays)
             else:
                 content, json_length = render_infer_response(response, parsed, arrays)
         headers = timing_headers(report, time.perf_counter_ns() - received)
@@ -180,7 +180,7 @@ class V2Routes:
         media = "application/json" if json_length is None else "application/octet-stream"
         encodings = accept.decode("latin-1") if accept else ""
         if encodings and is_heavy(sum(map(len, content))):
-            return await in_thread(True, compressed, content, encodings, headers, media)
+            return await in_thread(compressed, content, encodings, headers, media)
         return compressed(content, encodings, headers, media)
 
     async def parse_infer(self, request: Request, name: str, version: str, header: bytes | None) -> HttpInfer:
@@ -193,7 +193,7 @@ class V2Routes:
             return raw_binary_request(body, name, version, metadata)
         json_bytes = len(body) if header_length is None else header_length
         if is_heavy(json_bytes):  # the JSON parser holds the GIL throughout: a worker process
-            return await in_process(True, parse_detached, body, header_length, name, version, self.max_input_bytes)
+            return await in_process(parse_detached, body, header_length, name, version, self.max_input_bytes)
         # binary inputs stay views of the body: nothing heavy; the JSON text is freed once parsed
         return parse_infer_request(body, header_length, name, version, self.max_input_bytes)
 
