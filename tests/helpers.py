@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
@@ -102,6 +103,31 @@ def make_model(nodes: list, inputs: list[tuple[str, int, list]], outputs: list[t
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10
     return model
+
+
+# every V2 datatype and the ONNX element type that carries it
+ONNX_TYPES = {
+    "BOOL": TensorProto.BOOL, "UINT8": TensorProto.UINT8, "UINT16": TensorProto.UINT16,
+    "UINT32": TensorProto.UINT32, "UINT64": TensorProto.UINT64, "INT8": TensorProto.INT8,
+    "INT16": TensorProto.INT16, "INT32": TensorProto.INT32, "INT64": TensorProto.INT64,
+    "FP16": TensorProto.FLOAT16, "FP32": TensorProto.FLOAT, "FP64": TensorProto.DOUBLE,
+    "BYTES": TensorProto.STRING, "BF16": TensorProto.BFLOAT16,
+}
+
+
+def sample(datatype: str) -> np.ndarray:
+    """A [2, 3] array exercising the type's range (as tritonclient wants it for that datatype)."""
+    if datatype == "BOOL":
+        return np.array([[True, False, True], [False, False, True]])
+    if datatype == "BYTES":
+        return np.array([[b"a\x00b", b"", b"xyz"], [b"\x00", "é".encode(), b"end"]], dtype=np.object_)
+    if datatype == "BF16":
+        return np.array([[1.5, -2.0, 0.0], [3.25, 1024.0, -0.5]], dtype=ml_dtypes.bfloat16)  # tritonclient >= 2.70
+    dtype = np.dtype({"FP16": "float16", "FP32": "float32", "FP64": "float64"}.get(datatype, datatype.lower()))
+    if dtype.kind == "f":
+        return np.array([[1.5, -2.25, 0.0], [np.finfo(dtype).max, np.finfo(dtype).tiny, -7.0]], dtype=dtype)
+    info = np.iinfo(dtype)
+    return np.array([[info.min, 0, info.max], [1, info.max - 1, info.min + 1]], dtype=dtype)
 
 
 def identity_model(onnx_type: int, shape: list | None = None) -> onnx.ModelProto:

@@ -5,43 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import grpc
-import ml_dtypes
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from onnx import TensorProto
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from helpers import Server, add_model, identity_model, start_server
+from helpers import ONNX_TYPES, Server, add_model, identity_model, sample, start_server
 
-ONNX_TYPES = {
-    "BOOL": TensorProto.BOOL, "UINT8": TensorProto.UINT8, "UINT16": TensorProto.UINT16,
-    "UINT32": TensorProto.UINT32, "UINT64": TensorProto.UINT64, "INT8": TensorProto.INT8,
-    "INT16": TensorProto.INT16, "INT32": TensorProto.INT32, "INT64": TensorProto.INT64,
-    "FP16": TensorProto.FLOAT16, "FP32": TensorProto.FLOAT, "FP64": TensorProto.DOUBLE,
-    "BYTES": TensorProto.STRING, "BF16": TensorProto.BFLOAT16,
-}
 # datatype -> InferTensorContents field for the typed form (FP16 and BF16 travel only raw).
 CONTENTS = {
     "BOOL": "bool_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
     "UINT64": "uint64_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
     "INT64": "int64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
 }
-
-
-def sample(datatype: str) -> np.ndarray:
-    """A [2, 3] array exercising the type's range (as tritonclient wants it for that datatype)."""
-    if datatype == "BOOL":
-        return np.array([[True, False, True], [False, False, True]])
-    if datatype == "BYTES":
-        return np.array([[b"a\x00b", b"", b"xyz"], [b"\x00", "é".encode(), b"end"]], dtype=np.object_)
-    if datatype == "BF16":
-        return np.array([[1.5, -2.0, 0.0], [3.25, 1024.0, -0.5]], dtype=ml_dtypes.bfloat16)  # tritonclient >= 2.70
-    dtype = np.dtype({"FP16": "float16", "FP32": "float32", "FP64": "float64"}.get(datatype, datatype.lower()))
-    if dtype.kind == "f":
-        return np.array([[1.5, -2.25, 0.0], [np.finfo(dtype).max, np.finfo(dtype).tiny, -7.0]], dtype=dtype)
-    info = np.iinfo(dtype)
-    return np.array([[info.min, 0, info.max], [1, info.max - 1, info.min + 1]], dtype=dtype)
 
 
 @pytest.fixture(scope="module")

@@ -187,10 +187,17 @@ def _dump(header: dict[str, Any]) -> bytes:
     """Compact JSON. Output data held as numpy arrays is written by orjson straight from the buffer
     (float32 as the shortest text that reads back as the same float32); a response with data as
     Python lists (BYTES, non-finite floats) is written by the standard library as before
-    (``\\u`` escapes, NaN and Infinity)."""
+    (``\\u`` escapes, NaN and Infinity), numeric arrays beside them as lists."""
     if all(isinstance(entry.get("data"), _ARRAY_OR_NONE) for entry in header["outputs"]):
         return orjson.dumps(header, option=orjson.OPT_SERIALIZE_NUMPY)
-    return json.dumps(header, separators=(",", ":")).encode()
+    return json.dumps(header, separators=(",", ":"), default=_array_list).encode()
+
+
+def _array_list(value: Any) -> list[Any]:
+    """The standard library's fallback for what it cannot write: a numeric output array as a list."""
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    return _float_list(value) if value.dtype.kind == "f" else list(value.tolist())
 
 
 def _float_list(values: np.ndarray) -> list[float]:
