@@ -10,7 +10,7 @@ entries belong, in order, to the other inputs (Triton's ``infer_handler.cc``).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -262,14 +262,33 @@ def _decode_inputs(inputs: list[pb.ModelInferRequest.InferInputTensor], spec: Mo
         else:
             feeds[name] = _from_typed_contents(sent, tensor, shape, what)
     if len(feeds) < len(spec.inputs):
-        missing = [t.name for t in spec.inputs if t.name not in feeds and not t.optional]
-        if missing:
-            raise InvalidInput(
-                f"expected {len(spec.inputs)} inputs but got {len(feeds)} inputs for model '{spec.name}'. "
-                f"Got input(s) {sorted(feeds)}, but missing required input(s) {missing}. "
-                "Please provide all required input(s)."
-            )
+        _check_required(spec, feeds)
     return feeds
+
+
+def _check_required(spec: ModelSpec, feeds: Mapping[str, np.ndarray]) -> None:
+    """Every input not marked optional must be in the request.
+
+    Raises:
+        InvalidInput: Triton's text (``infer_request.cc`` ``ValidateRequestInputs``): "expected <n>
+            inputs but got <k> inputs for model '<m>'. Got input(s) ['a','b'], but missing required
+            input(s) ['c']. Please provide all required input(s)." - with "expected number of inputs
+            between <required> and <n>" when the model has optional inputs.
+    """
+    missing = [t.name for t in spec.inputs if t.name not in feeds and not t.optional]
+    if not missing:
+        return
+    required = sum(not t.optional for t in spec.inputs)
+    expected = (f"expected {len(spec.inputs)} inputs" if required == len(spec.inputs)
+                else f"expected number of inputs between {required} and {len(spec.inputs)}")
+    raise InvalidInput(f"{expected} but got {len(feeds)} inputs for model '{spec.name}'. Got input(s) "
+                       f"{_name_list(feeds)}, but missing required input(s) {_name_list(missing)}. "
+                       "Please provide all required input(s).")
+
+
+def _name_list(names: Iterable[str]) -> str:
+    """Names as Triton lists them in its texts: ``['a','b']`` (no spaces)."""
+    return "[" + ",".join(f"'{name}'" for name in names) + "]"
 
 
 def _from_typed_contents(sent: pb.ModelInferRequest.InferInputTensor, tensor: TensorSpec, shape: list[int], what: str) -> np.ndarray:

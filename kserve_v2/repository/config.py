@@ -123,8 +123,10 @@ def complete_tensors(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outpu
 
     ``batchable``: whether the backend lets auto-complete turn on batching (Triton's rule above),
     and, as Triton's onnxruntime backend does, ``dynamic_batching {}`` when ``max_batch_size > 1``
-    and no scheduler is configured.
+    and no scheduler is configured. Overridable initializers are left out, as Triton's
+    onnxruntime backend leaves them (a configuration may declare them as optional inputs).
     """
+    inputs = [t for t in inputs if not t.overridable]
     if (batchable and not config.input and not config.output and config.max_batch_size == 0
             and _batchable(inputs, outputs)):
         config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
@@ -147,11 +149,15 @@ def validate(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequ
     batching = config.max_batch_size > 0
     _validate_tensors("input", config.input, inputs, batching)
     _validate_tensors("output", config.output, outputs, batching)
-    declared = {i.name for i in config.input}
+    declared = {i.name: i for i in config.input}
     served_inputs, _ = reserved_names(config)
-    missing = [t.name for t in inputs if t.name not in declared and t.name not in served_inputs]
+    missing = [t.name for t in inputs if t.name not in declared and t.name not in served_inputs and not t.overridable]
     if missing:
         raise ConfigError(f"model inputs {missing} are not in the configuration")
+    required = [t.name for t in inputs if t.overridable and t.name in declared and not declared[t.name].optional]
+    if required:  # Triton's onnxruntime backend counts them out of the required inputs
+        raise ConfigError(f"inputs {required} have an initializer in the model: the configuration must mark "
+                          "them 'optional: true'")
     if config.HasField("ensemble_scheduling"):
         raise ConfigError("ensembles are not supported")
     too_large = [s for s in config.dynamic_batching.preferred_batch_size if s < 1 or s > config.max_batch_size]

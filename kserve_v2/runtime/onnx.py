@@ -34,13 +34,17 @@ _VALUE_ERRORS = (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
 
 @dataclass(frozen=True, slots=True)
 class OnnxTensor:
-    """A model input or output: name, datatype, shape (-1 for symbolic dims), and whether a
-    request may omit it (inputs of backends with optional inputs; graph inputs never are)."""
+    """A model input or output: name, datatype, shape (-1 for symbolic dims), whether a request
+    may omit it (inputs of backends with optional inputs, and overridable initializers), and
+    whether it is an ONNX graph input that has an initializer (ONNX Runtime's overridable
+    initializers: the initializer is used when a request omits it; Triton's onnxruntime backend
+    serves them as optional inputs a configuration may declare, and does not auto-complete them)."""
 
     name: str
     dtype: DType
     shape: tuple[int, ...]
     optional: bool = False
+    overridable: bool = False
 
 
 def session_options(parameters: Mapping[str, str], graph_level: int) -> ort.SessionOptions:
@@ -102,7 +106,8 @@ class OnnxSession:
             providers.insert(0, (CUDA_EP, {"device_id": str(device_id)}))
         self._session = ort.InferenceSession(str(model_path), options, providers=providers)
         self.on_cuda = self._session.get_providers()[0] == CUDA_EP
-        self.inputs = tuple(_tensor(t) for t in self._session.get_inputs())
+        overridable = tuple(_tensor(t, overridable=True) for t in self._session.get_overridable_initializers())
+        self.inputs = tuple(_tensor(t) for t in self._session.get_inputs()) + overridable
         self.outputs = tuple(_tensor(t) for t in self._session.get_outputs())
         self._has_bf16 = any(t.dtype is BF16 for t in self.inputs + self.outputs)
         self._string_inputs = {t.name for t in self.inputs if t.dtype is BYTES}
@@ -177,12 +182,12 @@ class OnnxSession:
         return [_from_ort_value(value) for value in results]
 
 
-def _tensor(arg: ort.NodeArg) -> OnnxTensor:
+def _tensor(arg: ort.NodeArg, overridable: bool = False) -> OnnxTensor:
     dtype = datatypes.BY_ONNX.get(arg.type)
     if dtype is None:
         raise ValueError(f"tensor '{arg.name}' has type {arg.type}, which the V2 protocol cannot carry")
     shape = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (arg.shape or []))
-    return OnnxTensor(arg.name, dtype, shape)
+    return OnnxTensor(arg.name, dtype, shape, optional=overridable, overridable=overridable)
 
 
 def _value_error(message: str, inputs: list[str]) -> str:
