@@ -39,6 +39,7 @@ class Execution:
             counted on its first member).
         batch_size: rows (or texts) of the execution this result came from, when the dynamic
             batcher merged requests; 0 means the request's own batch size.
+        parameters: the response's parameters (an ensemble's ``sequence_*``), or None.
     """
 
     outputs: list[np.ndarray]
@@ -47,6 +48,7 @@ class Execution:
     tokens: int = 0
     executions: int = 1
     batch_size: int = 0
+    parameters: dict[str, Parameter] | None = None
 
 
 class Executable(Protocol):

@@ -12,6 +12,12 @@ against the composing models (a model with no loaded version, a mapped name the 
 have, a required input left unmapped, datatypes that differ). A step runs through the server's one
 inference call (``InferenceService.model_infer``), so batching, statistics, metrics and tracing
 see it like any request; steps whose inputs are ready run concurrently.
+
+As Triton's ensemble scheduler (``ensemble_scheduler.cc``) runs a request: only the steps that the
+requested outputs need run; each step request carries the ensemble request's parameters; a
+tensor passed between a model without batching and one with batching gains or loses a batch dim
+of 1 (``reshape_between``); and the response carries ``sequence_id``, ``sequence_start`` and
+``sequence_end`` from the request.
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ from kserve_v2.backend import BatchStrategy, Execution, Parameter
 from kserve_v2 import datatypes
 from kserve_v2.datatypes import DType
 from kserve_v2.errors import InternalError, InvalidInput
+from kserve_v2.inference import set_parameter
 from kserve_v2.model import ModelVersion
 from kserve_v2.runtime.onnx import OnnxTensor
-from kserve_v2.spec import ModelSpec, TensorSpec
+from kserve_v2.spec import MAX_MEMO, ModelSpec, TensorSpec
 from kserve_v2.tensors import from_raw, to_raw
 from kserve_v2.text import TextContract
 
@@ -48,22 +55,26 @@ class EnsembleError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Binding:
-    """One mapped tensor of a step: the step model's tensor name, the ensemble tensor, its datatype."""
+    """One mapped tensor of a step: the step model's tensor name, the ensemble tensor, its
+    datatype and the model's configured dims (without the batch dim)."""
 
     model_tensor: str
     ensemble_tensor: str
     dtype: DType
+    dims: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One validated step: the model (version -1: the newest READY one) and its bindings."""
+    """One validated step: the model (version -1: the newest READY one), its bindings and whether
+    the model batches (``max_batch_size > 0``)."""
 
     index: int
     model_name: str
     model_version: int
     inputs: tuple[Binding, ...]
     outputs: tuple[Binding, ...]
+    batching: bool = False
 
 
 def is_ensemble(config: mc.ModelConfig) -> bool:
@@ -170,8 +181,55 @@ def plan(config: mc.ModelConfig, lookup: SpecLookup) -> tuple[Step, ...]:
         unmapped = [t.name for t in spec.inputs if not t.optional and t.name not in step.input_map]
         if unmapped:
             raise EnsembleError(f"{where}: the model's required inputs {unmapped} are not in the input_map")
-        steps.append(Step(index, step.model_name, step.model_version, inputs, outputs))
+        steps.append(Step(index, step.model_name, step.model_version, inputs, outputs, spec.max_batch_size > 0))
     return tuple(steps)
+
+
+def needed_steps(steps: Sequence[Step], outputs: Sequence[str]) -> tuple[Step, ...]:
+    """The steps that the ensemble outputs ``outputs`` need, in configuration order: those writing
+    one of them, and, in turn, those writing an input of a needed step (Triton prunes the others)."""
+    wanted: set[str] = set(outputs)
+    needed: set[int] = set()
+    changed = True
+    while changed:  # configuration order need not be the data flow's: repeat until nothing is added
+        changed = False
+        for step in steps:
+            if step.index not in needed and any(b.ensemble_tensor in wanted for b in step.outputs):
+                needed.add(step.index)
+                wanted.update(b.ensemble_tensor for b in step.inputs)
+                changed = True
+    return tuple(step for step in steps if step.index in needed)
+
+
+def reshape_between(dims: Sequence[int], batching: bool, batch_size: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape a tensor takes on its way into a model (or out of the ensemble), as Triton's
+    ensemble scheduler gives it (``ReshapeTensorDims``).
+
+    Args:
+        dims: the configured dims of the receiving tensor, without the batch dim (-1: any).
+        batching: whether the receiver batches (a step model with ``max_batch_size > 0``, or a
+            batching ensemble request whose batch size is not 0).
+        batch_size: the batch size of the request that produced the tensor; 0 when it came from
+            a model (or an ensemble request) without batching.
+        shape: the tensor's shape.
+
+    Returns:
+        ``shape`` with a batch dim of 1 added, when a non-batching producer feeds a batching
+        receiver and the whole shape matches ``dims``; ``shape`` without its first dim, when a
+        batching producer of batch size 1 feeds a non-batching receiver and the whole shape does
+        not match ``dims``; else ``shape`` as it is.
+    """
+    if batching == (batch_size != 0):
+        return shape
+    if batching:
+        return (1, *shape) if _matches(dims, shape) else shape
+    return shape[1:] if batch_size == 1 and not _matches(dims, shape) else shape
+
+
+def _matches(dims: Sequence[int], shape: Sequence[int]) -> bool:
+    """Whether a shape fits configured dims, -1 on either side matching anything (Triton's
+    ``CompareDimsWithWildcard``)."""
+    return len(dims) == len(shape) and all(d == -1 or s == -1 or d == s for d, s in zip(dims, shape, strict=True))
 
 
 def _bind(where: str, kind: str, mapping: Mapping[str, str], tensors: Sequence[TensorSpec],
@@ -186,7 +244,7 @@ def _bind(where: str, kind: str, mapping: Mapping[str, str], tensors: Sequence[T
         if known is not tensor.dtype:
             raise EnsembleError(f"{where}: ensemble tensor '{ensemble_tensor}' is {known.v2} but the model's {kind} "
                                 f"'{model_tensor}' is {tensor.dtype.v2}")
-        bindings.append(Binding(model_tensor, ensemble_tensor, tensor.dtype))
+        bindings.append(Binding(model_tensor, ensemble_tensor, tensor.dtype, tensor.dims))
     return tuple(bindings)
 
 
@@ -204,18 +262,28 @@ class EnsembleVersion(ModelVersion):
         super().__init__(name, version, config, _NoBackend())
         self.steps = steps
         self._runner = runner
+        # requested outputs -> the steps they need (at most MAX_MEMO entries, emptied when full)
+        self._needed: dict[frozenset[str], tuple[Step, ...]] = {}
 
     async def run(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                   parameters: Mapping[str, Parameter], batch_size: int) -> tuple[Execution, int, int]:
-        """Run the steps as their inputs become ready: (execution, 0 queue ns, elapsed ns).
+        """Run the steps the requested outputs need, each as its inputs become ready:
+        (execution, 0 queue ns, elapsed ns).
 
         Raises:
             InvalidInput: an omitted optional ensemble input that a step needs -> INVALID_ARGUMENT.
             Whatever a step's inference call raises (its model's error, with its status).
         """
         started = time.perf_counter_ns()
-        tensors: dict[str, np.ndarray] = dict(feeds)
-        pending = list(self.steps)
+        # Triton's request batch size: 0 for an ensemble without batching
+        batch = batch_size if self.spec.max_batch_size > 0 else 0
+        tensors: dict[str, tuple[np.ndarray, int]] = {name: (array, batch) for name, array in feeds.items()}
+        key = frozenset(output_names)
+        pending = self._needed.get(key)
+        if pending is None:
+            if len(self._needed) >= MAX_MEMO:
+                self._needed.clear()
+            pending = self._needed[key] = needed_steps(self.steps, output_names)
         while pending:
             ready = [s for s in pending if all(b.ensemble_tensor in tensors for b in s.inputs)]
             if not ready:  # only an omitted optional ensemble input can starve a step
@@ -223,17 +291,33 @@ class EnsembleVersion(ModelVersion):
                 missing = sorted(b.ensemble_tensor for b in step.inputs if b.ensemble_tensor not in tensors)
                 raise InvalidInput(f"ensemble '{self.name}' step {step.index} (model '{step.model_name}') needs the "
                                    f"ensemble inputs {missing}, which the request omits")
-            for produced in await asyncio.gather(*(self._step(s, tensors) for s in ready)):
+            for produced in await asyncio.gather(*(self._step(s, tensors, parameters) for s in ready)):
                 tensors.update(produced)
-            pending = [s for s in pending if s not in ready]
-        return Execution([tensors[name] for name in output_names]), 0, time.perf_counter_ns() - started
+            pending = tuple(s for s in pending if s not in ready)
+        outputs = []
+        for name in output_names:
+            array, produced_by = tensors[name]
+            shape = reshape_between(self.spec.outputs_by_name[name].dims, batch != 0, produced_by, array.shape)
+            outputs.append(array.reshape(shape))
+        response = {"sequence_id": parameters.get("sequence_id", 0),  # Triton's ensemble answers with these
+                    "sequence_start": bool(parameters.get("sequence_start", False)),
+                    "sequence_end": bool(parameters.get("sequence_end", False))}
+        return Execution(outputs, parameters=response), 0, time.perf_counter_ns() - started
 
-    async def _step(self, step: Step, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    async def _step(self, step: Step, tensors: Mapping[str, tuple[np.ndarray, int]],
+                    parameters: Mapping[str, Parameter]) -> dict[str, tuple[np.ndarray, int]]:
+        """Run one step: its ensemble tensors, each with the batch size of the request that made it."""
         request = pb.ModelInferRequest(model_name=step.model_name,
                                        model_version=str(step.model_version) if step.model_version > 0 else "")
+        for key, value in parameters.items():
+            set_parameter(request.parameters[key], value)
+        batch = 0
         for binding in step.inputs:
-            array = tensors[binding.ensemble_tensor]
-            request.inputs.add(name=binding.model_tensor, datatype=binding.dtype.v2, shape=array.shape)
+            array, produced_by = tensors[binding.ensemble_tensor]
+            shape = reshape_between(binding.dims, step.batching, produced_by, array.shape)
+            if step.batching and not batch and shape:
+                batch = shape[0]
+            request.inputs.add(name=binding.model_tensor, datatype=binding.dtype.v2, shape=shape)
             request.raw_input_contents.append(to_raw(array, binding.dtype))
         for binding in step.outputs:
             request.outputs.add(name=binding.model_tensor)
@@ -242,8 +326,8 @@ class EnsembleVersion(ModelVersion):
         produced = {}
         for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=True):
             binding = by_name[tensor.name]
-            produced[binding.ensemble_tensor] = from_raw(raw, binding.dtype, list(tensor.shape),
-                                                         f"output '{tensor.name}' of model '{step.model_name}'")
+            array = from_raw(raw, binding.dtype, list(tensor.shape), f"output '{tensor.name}' of model '{step.model_name}'")
+            produced[binding.ensemble_tensor] = (array, batch)
         return produced
 
     def composing(self) -> list[tuple[str, str]]:

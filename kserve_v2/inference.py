@@ -148,10 +148,28 @@ def _remember(spec: ModelSpec, signature: Hashable, inputs: list[pb.ModelInferRe
                                         decoded.batch_size)
 
 
+def set_parameter(target: pb.InferParameter, value: Parameter) -> None:
+    """Write a parameter value into its ``InferParameter`` field: bool, int64 (uint64 above
+    int64's range), double or string."""
+    if isinstance(value, bool):
+        target.bool_param = value
+    elif isinstance(value, int):
+        if value >= 2**63:
+            target.uint64_param = value
+        else:
+            target.int64_param = value
+    elif isinstance(value, float):
+        target.double_param = value
+    else:
+        target.string_param = value
+
+
 def encode_response(request: pb.ModelInferRequest, spec: ModelSpec, version: int, decoded: DecodedRequest,
-                    arrays: list[np.ndarray], raw: bool = True) -> tuple[pb.ModelInferResponse, list[np.ndarray]]:
+                    arrays: list[np.ndarray], raw: bool = True, parameters: Mapping[str, Parameter] | None = None
+                    ) -> tuple[pb.ModelInferResponse, list[np.ndarray]]:
     """Build the response: ``outputs[i]`` described in ``decoded.outputs`` and carried in
-    ``raw_output_contents[i]``, or written into its shared memory region.
+    ``raw_output_contents[i]``, or written into its shared memory region; ``parameters``: the
+    response's own parameters, if any.
 
     Returns:
         (response, the output arrays in the shapes the response gives). With ``raw`` false the
@@ -172,6 +190,9 @@ def encode_response(request: pb.ModelInferRequest, spec: ModelSpec, version: int
     response = pb.ModelInferResponse.FromString(_description(spec, version, decoded, shaped))
     if request.id:
         response.id = request.id
+    if parameters:
+        for key, given in parameters.items():
+            set_parameter(response.parameters[key], given)
     placed = decoded.output_memory
     if placed:
         contents: list[bytes] = []

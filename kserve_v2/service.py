@@ -258,10 +258,10 @@ class InferenceService:
                 # without raw contents or shared memory, encoding only describes the outputs: nothing heavy
                 if (raw_outputs or decoded.output_memory) and _heavy(execution.outputs):
                     response, arrays = await in_thread(encode_response, request, model.spec, model.version,
-                                                       decoded, execution.outputs, raw_outputs)
+                                                       decoded, execution.outputs, raw_outputs, execution.parameters)
                 else:
                     response, arrays = encode_response(request, model.spec, model.version, decoded, execution.outputs,
-                                                       raw_outputs)
+                                                       raw_outputs, execution.parameters)
         except BaseException as err:
             elapsed = time.perf_counter_ns() - started
             model.stats.record_failure(elapsed)

@@ -21,6 +21,7 @@ import orjson
 
 from kserve_v2 import datatypes
 from kserve_v2._proto import grpc_service_pb2 as pb
+from kserve_v2.backend import Parameter
 from kserve_v2.datatypes import BYTES
 from kserve_v2.errors import InvalidInput, TooLarge
 from kserve_v2.inference import Buffer
@@ -127,6 +128,8 @@ def render_infer_response(response: pb.ModelInferResponse, parsed: HttpInfer, ar
     header: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         header["id"] = response.id
+    if len(response.parameters):  # Triton writes a response's parameters as a JSON object
+        header["parameters"] = {key: _parameter_value(value) for key, value in response.parameters.items()}
     outputs, blobs = [], []
     # upb's repeated fields read by slicing: iterating one ends on an IndexError whose message is formatted
     for tensor, array in zip(response.outputs[:], arrays, strict=True):
@@ -198,6 +201,13 @@ def _array_list(value: Any) -> list[Any]:
     if not isinstance(value, np.ndarray):
         raise TypeError(f"{type(value).__name__} is not JSON serializable")
     return _float_list(value) if value.dtype.kind == "f" else list(value.tolist())
+
+
+def _parameter_value(value: pb.InferParameter) -> Parameter:
+    """A response parameter's value as JSON takes it (the field its ``parameter_choice`` names)."""
+    choice = value.WhichOneof("parameter_choice")
+    found: Parameter = getattr(value, choice) if choice is not None else ""
+    return found
 
 
 def _float_list(values: np.ndarray) -> list[float]:
