@@ -255,11 +255,12 @@ class EnsembleVersion(ModelVersion):
         name, version, config: as ``ModelVersion``.
         steps: the validated steps (``plan``).
         runner: the server's inference call the steps go through.
+        labels: output name -> labels, from the ensemble's own ``label_filename`` files.
     """
 
     def __init__(self, name: str, version: int, config: mc.ModelConfig, steps: tuple[Step, ...],
-                 runner: StepRunner) -> None:
-        super().__init__(name, version, config, _NoBackend())
+                 runner: StepRunner, labels: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        super().__init__(name, version, config, _NoBackend(), labels=labels)
         self.steps = steps
         self._runner = runner
         # requested outputs -> the steps they need (at most MAX_MEMO entries, emptied when full)

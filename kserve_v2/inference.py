@@ -11,14 +11,15 @@ entries belong, in order, to the other inputs (Triton's ``infer_handler.cc``).
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from kserve_v2 import classification
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.backend import Parameter
 from kserve_v2.datatypes import BYTES
-from kserve_v2.errors import InvalidInput, Unsupported
+from kserve_v2.errors import InvalidInput
 from kserve_v2.shared_memory import RegionRange, SharedMemoryRegistry
 from kserve_v2.spec import MAX_MEMO, InputPlan, ModelSpec, RequestPlan, TensorSpec
 from kserve_v2.tensors import element_count, from_contents, from_raw, pack_bytes, to_raw, unpack_bytes
@@ -36,7 +37,8 @@ _KNOWN_RESERVED = frozenset({"triton_enable_empty_final_response"})
 @dataclass(slots=True)
 class DecodedRequest:
     """A validated request: model-shaped feeds, outputs to return (and their names), the batch
-    size, the request's own (non-reserved) parameters, and the shared memory each output goes to (if any)."""
+    size, the request's own (non-reserved) parameters, the shared memory each output goes to (if
+    any) and the outputs asked for as classes."""
 
     feeds: dict[str, np.ndarray]
     outputs: Sequence[TensorSpec]
@@ -44,6 +46,7 @@ class DecodedRequest:
     parameters: dict[str, Parameter]
     output_memory: dict[str, tuple[RegionRange, pb.ModelInferResponse.InferOutputTensor]]
     output_names: Sequence[str] = ()
+    classes: dict[str, int] = field(default_factory=dict)  # output -> classification count (``kserve_v2.classification``)
 
     def __post_init__(self) -> None:
         if not self.output_names:
@@ -62,7 +65,7 @@ def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: Share
         InvalidInput: unknown, duplicate or missing inputs; datatype or shape mismatch;
             contents and raw both used; raw count differing from the inputs; byte size or
             element count mismatch; unknown or duplicate outputs; reserved parameters.
-        Unsupported: the classification extension -> UNIMPLEMENTED.
+        InvalidInput: a bad ``classification`` parameter (``classification.requested_count``).
         NotFound: an unregistered shared memory region -> NOT_FOUND.
     """
     parameters: dict[str, Parameter] = {}
@@ -93,8 +96,8 @@ def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: Share
     for tensor in spec.inputs:
         if tensor.reshape is not None and tensor.name in feeds:
             feeds[tensor.name] = _reshape(feeds[tensor.name], tensor.reshape, spec, tensor.name)
-    outputs, output_memory = _requested_outputs(request, spec, memory)
-    decoded = DecodedRequest(feeds, outputs, batch_size, parameters, output_memory)
+    outputs, output_memory, classes = _requested_outputs(request, spec, memory)
+    decoded = DecodedRequest(feeds, outputs, batch_size, parameters, output_memory, classes=classes)
     if signature is not None:
         _remember(spec, signature, inputs, decoded)
     return decoded
@@ -180,14 +183,22 @@ def encode_response(request: pb.ModelInferRequest, spec: ModelSpec, version: int
         InvalidInput: an output larger than its shared memory range.
     """
     shaped = arrays
-    for i, tensor in enumerate(decoded.outputs):
+    outputs = decoded.outputs
+    for i, tensor in enumerate(outputs):
         if tensor.reshape is not None and list(tensor.dims).count(-1) <= 1:
             array = arrays[i]
             batch = [array.shape[0]] if spec.max_batch_size > 0 and array.ndim else []
             if shaped is arrays:
                 shaped = list(arrays)
             shaped[i] = array.reshape(batch + list(tensor.dims))
-    response = pb.ModelInferResponse.FromString(_description(spec, version, decoded, shaped))
+    if decoded.classes:  # outputs asked for as classes become BYTES (Triton's classification extension)
+        shaped, outputs = list(shaped), list(outputs)
+        for i, tensor in enumerate(outputs):
+            count = decoded.classes.get(tensor.name)
+            if count is not None:
+                shaped[i] = classification.classify(shaped[i], count, spec.max_batch_size > 0, tensor.labels)
+                outputs[i] = replace(tensor, dtype=BYTES, reshape=None)
+    response = pb.ModelInferResponse.FromString(_description(spec, version, decoded, outputs, shaped))
     if request.id:
         response.id = request.id
     if parameters:
@@ -196,7 +207,7 @@ def encode_response(request: pb.ModelInferRequest, spec: ModelSpec, version: int
     placed = decoded.output_memory
     if placed:
         contents: list[bytes] = []
-        for tensor, array, out in zip(decoded.outputs, shaped, response.outputs[:], strict=True):
+        for tensor, array, out in zip(outputs, shaped, response.outputs[:], strict=True):
             if tensor.name in placed:
                 target, described = placed[tensor.name]
                 _write(target, array, tensor)
@@ -208,18 +219,21 @@ def encode_response(request: pb.ModelInferRequest, spec: ModelSpec, version: int
         if raw:
             response.raw_output_contents.extend(contents)
     elif raw:
-        response.raw_output_contents.extend([to_raw(a, t.dtype) for t, a in zip(decoded.outputs, shaped, strict=True)])
+        response.raw_output_contents.extend([to_raw(a, t.dtype) for t, a in zip(outputs, shaped, strict=True)])
     return response, shaped
 
 
-def _description(spec: ModelSpec, version: int, decoded: DecodedRequest, arrays: list[np.ndarray]) -> bytes:
+def _description(spec: ModelSpec, version: int, decoded: DecodedRequest, outputs: Sequence[TensorSpec],
+                 arrays: list[np.ndarray]) -> bytes:
     """The serialized response without ``id`` and data: the model, its version and each output's
     name, datatype and shape (kept in ``spec.responses``, at most ``MAX_MEMO``)."""
-    key = (version, decoded.output_names, tuple([array.shape for array in arrays]))
+    key: Hashable = (version, decoded.output_names, tuple([array.shape for array in arrays]))
+    if decoded.classes:
+        key = (key, tuple(decoded.classes))
     described = spec.responses.get(key)
     if described is None:
         response = pb.ModelInferResponse(model_name=spec.name, model_version=str(version))
-        for tensor, array in zip(decoded.outputs, arrays, strict=True):
+        for tensor, array in zip(outputs, arrays, strict=True):
             response.outputs.add(name=tensor.name, datatype=tensor.dtype.v2, shape=array.shape)
         described = response.SerializeToString()
         if len(spec.responses) >= MAX_MEMO:
@@ -365,11 +379,14 @@ def _memory_reference(parameters: Mapping[str, pb.InferParameter], what: str, me
 
 
 def _requested_outputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None
-                       ) -> tuple[list[TensorSpec], dict[str, tuple[RegionRange, pb.ModelInferResponse.InferOutputTensor]]]:
+                       ) -> tuple[list[TensorSpec], dict[str, tuple[RegionRange, pb.ModelInferResponse.InferOutputTensor]],
+                                  dict[str, int]]:
+    """The outputs to return, those written to shared memory, and those asked for as classes."""
     placed: dict[str, tuple[RegionRange, pb.ModelInferResponse.InferOutputTensor]] = {}
+    classes: dict[str, int] = {}
     requested = request.outputs[:]
     if not requested:
-        return list(spec.outputs), placed
+        return list(spec.outputs), placed, classes
     by_name = spec.outputs_by_name
     chosen: list[TensorSpec] = []
     names: set[str] = set()
@@ -381,8 +398,10 @@ def _requested_outputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: S
         if name in names:
             raise InvalidInput(f"output '{name}' is requested more than once for model '{spec.name}'")
         if len(wanted.parameters):
-            if "classification" in wanted.parameters:
-                raise Unsupported("the classification extension is not supported")
+            if classification.PARAMETER in wanted.parameters:
+                in_memory = any(key in wanted.parameters for key in _SHM_PARAMETERS)
+                classes[name] = classification.requested_count(wanted.parameters[classification.PARAMETER],
+                                                               tensor.dtype.v2, in_memory)
             reference = _memory_reference(wanted.parameters, f"output '{name}'", memory)
             if reference is not None and memory is not None:
                 described = pb.ModelInferResponse.InferOutputTensor()
@@ -392,4 +411,4 @@ def _requested_outputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: S
                 placed[name] = (memory.slice(*reference), described)
         chosen.append(tensor)
         names.add(name)
-    return chosen, placed
+    return chosen, placed, classes

@@ -49,12 +49,12 @@ class ModelVersion:
     """
 
     def __init__(self, name: str, version: int, config: mc.ModelConfig, executable: Executable,
-                 sequence: SequenceSettings | None = None) -> None:
+                 sequence: SequenceSettings | None = None, labels: Mapping[str, tuple[str, ...]] | None = None) -> None:
         self.name = name
         self.version = version
         self.label = str(version)
         self.config = config
-        self.spec = ModelSpec.from_config(config)
+        self.spec = ModelSpec.from_config(config, labels)
         self.stats = ModelStats()
         self.inflight = 0
         self._idle = asyncio.Event()

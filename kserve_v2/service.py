@@ -32,7 +32,7 @@ from kserve_v2.text import NOT_TEXT, OutputKind, TextCall, TextContract, TextMod
 from kserve_v2.tracing import Tracing
 
 # Extensions this server implements (Triton's names, ServerMetadata.extensions).
-EXTENSIONS = ("model_repository", "model_repository(unload_dependents)", "model_configuration",
+EXTENSIONS = ("classification", "model_repository", "model_repository(unload_dependents)", "model_configuration",
               "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "sequence", "trace", "logging")
 SHM_EXTENSION = "system_shared_memory"
 _UNRESERVED = nullcontext()

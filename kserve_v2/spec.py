@@ -8,7 +8,7 @@ metadata then shows it as -1 (Triton ``tritonserver.cc``).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +29,8 @@ class TensorSpec:
         dims: configured dims without the batch dim; -1 is a wildcard.
         reshape: the shape the model sees (without batch dim), or None when equal to ``dims``.
         optional: an input the request may omit.
+        labels: an output's class labels by index, from its ``label_filename`` (the
+            classification extension, ``kserve_v2.classification``); empty without one.
     """
 
     name: str
@@ -36,6 +38,7 @@ class TensorSpec:
     dims: tuple[int, ...]
     reshape: tuple[int, ...] | None
     optional: bool = False
+    labels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +91,11 @@ class ModelSpec:
         object.__setattr__(self, "responses", {})
 
     @classmethod
-    def from_config(cls, config: mc.ModelConfig) -> ModelSpec:
-        """Build the spec; the config must already be auto-completed and validated."""
+    def from_config(cls, config: mc.ModelConfig, labels: Mapping[str, tuple[str, ...]] | None = None) -> ModelSpec:
+        """Build the spec; the config must already be auto-completed and validated. ``labels``:
+        output name -> its labels (read from each output's ``label_filename`` at load)."""
         inputs = tuple(_tensor(i, i.optional) for i in config.input)
-        outputs = tuple(_tensor(o) for o in config.output)
+        outputs = tuple(_tensor(o, labels=(labels or {}).get(o.name, ())) for o in config.output)
         return cls(config.name, config.max_batch_size, inputs, outputs)
 
     def api_shape(self, tensor: TensorSpec) -> list[int]:
@@ -125,9 +129,9 @@ class ModelSpec:
             )
 
 
-def _tensor(tensor: mc.ModelInput | mc.ModelOutput, optional: bool = False) -> TensorSpec:
+def _tensor(tensor: mc.ModelInput | mc.ModelOutput, optional: bool = False, labels: tuple[str, ...] = ()) -> TensorSpec:
     reshape = tuple(tensor.reshape.shape) if tensor.HasField("reshape") else None
-    return TensorSpec(tensor.name, _dtype(tensor.data_type), tuple(tensor.dims), reshape, optional)
+    return TensorSpec(tensor.name, _dtype(tensor.data_type), tuple(tensor.dims), reshape, optional, labels)
 
 
 def _dtype(value: int) -> DType:

@@ -24,6 +24,7 @@ class LoadResult:
         error: a failure of the whole model (configuration, no versions), else "".
         ensemble_versions: an ensemble's versions to build once its composing models are loaded
             (the model manager does it; ``kserve_v2.ensemble``).
+        labels: output name -> the lines of its ``label_filename`` (the classification extension).
     """
 
     config: mc.ModelConfig | None = None
@@ -31,6 +32,7 @@ class LoadResult:
     failed: dict[int, str] = field(default_factory=dict)
     error: str = ""
     ensemble_versions: list[int] = field(default_factory=list)
+    labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None = None) -> LoadResult:
@@ -53,6 +55,11 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None 
     if not versions:
         result.error = f"at least one version must be available under the version policy of model '{name}'"
         return result
+    try:
+        result.labels = read_labels(model_dir, config)
+    except ValueError as err:
+        result.error = str(err)
+        return result
     if ensemble.is_ensemble(config):
         result.config, result.ensemble_versions = config, versions
         return result
@@ -68,11 +75,34 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None 
             sequence = (SequenceSettings.from_config(config, model_dir, executable.inputs, executable.outputs)
                         if config.HasField("sequence_batching") else None)
             completed = True
-            result.loaded[version] = ModelVersion(name, version, config, executable, sequence)
+            result.loaded[version] = ModelVersion(name, version, config, executable, sequence, result.labels)
         except Exception as err:  # noqa: BLE001 - any load failure is reported as the version's reason
             result.failed[version] = f"failed to load model '{name}' version {version}: {_without_paths(err, model_dir)}"
     result.config = config
     return result
+
+
+def read_labels(model_dir: Path, config: mc.ModelConfig) -> dict[str, tuple[str, ...]]:
+    """The labels of every output that names a ``label_filename`` (a path inside the model folder):
+    one label per line, as Triton reads them; an empty line is an index without a label.
+
+    Raises:
+        ValueError: a path leaving the folder, or a file that cannot be read as UTF-8 text
+            ("model '<m>': label_filename '<f>' of output '<o>' cannot be read: <reason>").
+    """
+    labels = {}
+    for output in config.output:
+        if not output.label_filename:
+            continue
+        path = backend.confined_file(model_dir, Path(output.label_filename), "label_filename", config.name)
+        try:
+            lines = path.read_text(encoding="utf-8").split("\n")
+        except (OSError, UnicodeDecodeError) as err:
+            reason = err.strerror if isinstance(err, OSError) and err.strerror else type(err).__name__
+            raise ValueError(f"model '{config.name}': label_filename '{output.label_filename}' of output "
+                             f"'{output.name}' cannot be read: {reason}") from None
+        labels[output.name] = tuple(lines[:-1] if lines and not lines[-1] else lines)
+    return labels
 
 
 def _without_paths(err: Exception, model_dir: Path) -> str:

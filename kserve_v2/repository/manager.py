@@ -201,7 +201,8 @@ class ModelManager:
             result.error = f"ensemble '{name}' cannot run: the server has no inference call for its steps"
             return
         for version in result.ensemble_versions:
-            result.loaded[version] = ensemble.EnsembleVersion(name, version, result.config, steps, self.step_runner)
+            result.loaded[version] = ensemble.EnsembleVersion(name, version, result.config, steps, self.step_runner,
+                                                              result.labels)
 
     @asynccontextmanager
     async def _locked(self, name: str) -> AsyncIterator[None]:
