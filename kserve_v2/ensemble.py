@@ -35,7 +35,7 @@ from kserve_v2.backend import BatchStrategy, Execution, Parameter
 from kserve_v2 import datatypes
 from kserve_v2.datatypes import DType
 from kserve_v2.errors import InternalError, InvalidInput
-from kserve_v2.inference import set_parameter
+from kserve_v2.responses import set_parameter
 from kserve_v2.model import ModelVersion
 from kserve_v2.runtime.onnx import OnnxTensor
 from kserve_v2.spec import MAX_MEMO, ModelSpec, TensorSpec

@@ -19,7 +19,8 @@ from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.budget import MemoryBudget, request_cost
 from kserve_v2.datatypes import BYTES
 from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, NotFound, NotLoaded, ServerError, Unavailable
-from kserve_v2.inference import Buffer, decode_request, encode_response
+from kserve_v2.inference import Buffer, decode_request
+from kserve_v2.responses import encode_response
 from kserve_v2.lifecycle import ModelLifecycle
 from kserve_v2.log_settings import LogSettings
 from kserve_v2.metrics import V2_API, InferenceMetrics

@@ -9,7 +9,8 @@ import pytest
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.datatypes import BY_V2, BYTES
 from kserve_v2.errors import InvalidInput
-from kserve_v2.inference import decode_request, encode_response
+from kserve_v2.inference import decode_request
+from kserve_v2.responses import encode_response
 from kserve_v2.spec import MAX_MEMO, ModelSpec, TensorSpec
 from kserve_v2.tensors import pack_bytes
 
