@@ -24,11 +24,12 @@ from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry, ProcessCollector, disable_created_metrics
 
 from kserve_v2.budget import MemoryBudget
+from kserve_v2.cpu_metrics import CpuCollector
 from kserve_v2.grpc.server import SERVICE_NAME, build_server
 from kserve_v2.gpu import GpuCollector
 from kserve_v2.log_settings import LogSettings
 from kserve_v2.metrics import InferenceMetrics
-from kserve_v2.repository import poller
+from kserve_v2.repository import layout, poller
 from kserve_v2.repository.manager import ModelManager
 from kserve_v2.runtime.device import cuda_device_count
 from kserve_v2.service import InferenceService, ServerState
@@ -56,23 +57,33 @@ class App:
         gpus = cuda_device_count()
         log.info("execution provider: %s", f"CUDA ({gpus} GPU)" if gpus else "CPU (no usable GPU)")
         self.state = ServerState(settings.strict_readiness)
+        self.cpu: CpuCollector | None = None
         registry = None
         metrics = None
         if settings.allow_metrics:
             disable_created_metrics()  # no *_created series: Triton has none, and they double every family
             registry = CollectorRegistry()
             ProcessCollector(registry=registry)  # process CPU seconds, resident and virtual memory
-            metrics = InferenceMetrics(registry)
-            if gpus:
+            metrics = InferenceMetrics(registry, settings.metrics_config)
+            if gpus and settings.allow_gpu_metrics:
                 registry.register(GpuCollector())
-        self.manager = ModelManager(list(settings.model_repositories), gpus, self._on_change,
+            if settings.allow_cpu_metrics:
+                self.cpu = CpuCollector()
+                registry.register(self.cpu)
+        self.state.failure = layout.unreadable(settings.model_repositories)
+        if self.state.failure and settings.exit_on_error:
+            raise RuntimeError(self.state.failure)
+        # initialization failed (--exit-on-error=false): no repository, health and metadata only
+        repositories = [] if self.state.failure else list(settings.model_repositories)
+        self.manager = ModelManager(repositories, gpus, self._on_change,
                                     ready_when_empty=settings.model_control_mode == "explicit")
         if registry is not None and metrics is not None:
             SieMetrics(metrics, self.manager, registry)
-        self.tracing = Tracing(settings.trace_otlp_endpoint or None, settings.server_name)
+        self.tracing = Tracing(settings.trace_config, settings.server_name)
         memory = SharedMemoryRegistry() if settings.allow_client_shm else None
         logs = LogSettings(settings.log_verbose)
         budget = MemoryBudget(settings.max_request_decoded_bytes, settings.request_memory_pool_bytes)
+        self.metrics = metrics
         self.service = InferenceService(self.manager, self.state, settings.server_name, settings.model_control_mode,
                                         metrics, self.tracing, memory, logs, budget)
         self.server, self.health, self.servicer, self.grpc_port = build_server(self.service, settings)
@@ -117,7 +128,8 @@ class App:
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await self.health.set(LIVE_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        live = health_pb2.HealthCheckResponse.NOT_SERVING if self.state.failure else health_pb2.HealthCheckResponse.SERVING
+        await self.health.set(LIVE_SERVICE, live)
         await self._publish_health()
         await self.server.start()
         log.info("gRPC server listening on %s:%d", self.settings.grpc_address, self.grpc_port)
@@ -128,10 +140,12 @@ class App:
             port = await self.metrics_server.start()
             log.info("metrics server listening on %s:%d", self.settings.metrics_address, port)
         startup = loop.create_task(self._start_models())  # in poll mode it goes on polling
+        interval = loop.create_task(self._metrics_interval())
         await stop.wait()
         log.info("shutting down: readiness off, waiting up to %d s for in-flight requests", self.settings.exit_timeout_secs)
         await self._drain()
         startup.cancel()
+        interval.cancel()
         await self.manager.close()
         await asyncio.to_thread(self.tracing.shutdown)
         log.info("server stopped")
@@ -156,13 +170,28 @@ class App:
         grace = deadline - time.monotonic()  # the exit timeout bounds the whole drain
         await asyncio.gather(*(server.stop(grace) for server in (self.http, self.metrics_server) if server is not None))
 
+    async def _metrics_interval(self) -> None:
+        """Every ``--metrics-interval-ms``: read the CPU metrics, and add the requests so far to the
+        inference families (the latency summaries' windows then follow the requests' time)."""
+        if self.metrics is None:
+            return
+        while True:
+            await asyncio.sleep(self.settings.metrics_interval_ms / 1000)
+            if self.cpu is not None:
+                self.cpu.refresh()
+            self.metrics.fold()
+
     def _startup_names(self) -> list[str]:
         if self.settings.model_control_mode != "explicit" or "*" in self.settings.load_models:
             return self.manager.model_names()
         return list(dict.fromkeys(self.settings.load_models))
 
     async def _start_models(self) -> None:
-        repositories = list(self.settings.model_repositories)
+        if self.state.failure:
+            log.error("server failed to initialize: %s; with --exit-on-error=false it stays up, not live and not "
+                      "ready, answering health and metadata", self.state.failure)
+            return
+        repositories = self.manager.repositories
         polling = self.settings.model_control_mode == "poll"
         # taken before loading, so that changes made while models load are seen by the first poll
         before = await asyncio.to_thread(poller.snapshot, repositories) if polling else {}

@@ -28,8 +28,10 @@ import uvloop
 
 from kserve_v2 import __version__
 from kserve_v2.allocator import huge_page_environment, this_host
+from kserve_v2.metrics_config import parse_metrics_config
 from kserve_v2.restrictions import GROUPS, parse_restrictions
 from kserve_v2.settings import TOKEN_ID_MODES, Settings
+from kserve_v2.trace_config import parse_trace_config
 
 ENV_PREFIX = "KSERVE_V2_"
 CONTROL_MODES = ("none", "explicit", "poll")
@@ -110,9 +112,22 @@ def _parser() -> argparse.ArgumentParser:
          "(off by default, as in Triton)", type=_bool)
     flag("metrics-address", defaults.metrics_address, "address the metrics server binds")
     flag("metrics-port", defaults.metrics_port, "metrics port (0 picks a free one and logs it)", type=int)
-    flag("trace-otlp-endpoint", os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", defaults.trace_otlp_endpoint),
+    flag("allow-cpu-metrics", defaults.allow_cpu_metrics,
+         "Triton's CPU metrics (nv_cpu_utilization, nv_cpu_memory_total_bytes, nv_cpu_memory_used_bytes)", type=_bool)
+    flag("allow-gpu-metrics", defaults.allow_gpu_metrics, "Triton's GPU metrics, on hosts with a usable GPU", type=_bool)
+    flag("metrics-interval-ms", defaults.metrics_interval_ms, "milliseconds between readings of the CPU metrics",
+         type=float)
+    metrics_env = os.environ.get(ENV_PREFIX + "METRICS_CONFIG")
+    serve.add_argument(
+        "--metrics-config", action="append", metavar="SETTING=VALUE",
+        default=metrics_env.split(";") if metrics_env else None,
+        help="Triton's metrics settings: counter_latencies=false, summary_latencies=true, "
+        "summary_quantiles=<q>:<error>,..., summary_max_age=<secs>, histogram_latencies=true (repeat; "
+        f"env {ENV_PREFIX}METRICS_CONFIG, ';'-separated)")
+    flag("trace-otlp-endpoint", os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", ""),
          "OTLP/HTTP traces URL (e.g. http://collector:4318/v1/traces): a span per inference request; "
-         "empty: tracing off (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is honoured too)")
+         "empty: no OpenTelemetry export (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is honoured too)")
+    _trace_flags(serve)
     flag("openai-token-ids", defaults.openai_token_ids,
          "how /v1/embeddings reads token-id input: 'tiktoken' (cl100k_base ids, as LangChain sends them) or "
          "'model' (the model tokenizer's own ids)", choices=TOKEN_ID_MODES)
@@ -130,6 +145,9 @@ def _parser() -> argparse.ArgumentParser:
         f"(env {ENV_PREFIX}LOAD_MODEL, ','-separated)",
     )
     flag("repository-poll-secs", defaults.repository_poll_secs, "poll mode: seconds between repository scans", type=float)
+    flag("exit-on-error", defaults.exit_on_error,
+         "exit when initialization fails (a model repository that is missing or cannot be read); false: stay up "
+         "answering health (not live, not ready) and metadata, as Triton does", type=_bool)
     flag("strict-readiness", defaults.strict_readiness,
          "ready only when every startup model is READY (false: ready once startup ends)", type=_bool)
     flag("exit-timeout-secs", defaults.exit_timeout_secs,
@@ -153,6 +171,25 @@ def _parser() -> argparse.ArgumentParser:
         flag(name, value, f"Triton's flag; only {str(value).lower()} is accepted: {why}", type=_bool)
     _network_flags(serve, flag, defaults)
     return parser
+
+
+def _trace_flags(serve: argparse.ArgumentParser) -> None:
+    """Triton's --trace-config, and its deprecated single-setting flags, which add to it."""
+    env = os.environ.get(ENV_PREFIX + "TRACE_CONFIG")
+    serve.add_argument(
+        "--trace-config", action="append", metavar="[MODE,]SETTING=VALUE", default=env.split(";") if env else None,
+        help="Triton's trace settings: level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, mode=triton|opentelemetry, "
+        "triton,file=PATH, triton,log-frequency=N, opentelemetry,url=URL, opentelemetry,resource=K=V, "
+        f"opentelemetry,bsp_*=N (repeat; env {ENV_PREFIX}TRACE_CONFIG, ';'-separated)")
+    for name, setting in (("trace-file", "triton,file"), ("trace-level", "level"), ("trace-rate", "rate"),
+                          ("trace-count", "count"), ("trace-log-frequency", "triton,log-frequency")):
+        serve.add_argument(f"--{name}", dest="trace_config", action="append", metavar="VALUE",
+                           type=_prefixed(setting),
+                           help=f"Triton's deprecated spelling of --trace-config {setting}=VALUE")
+
+
+def _prefixed(setting: str) -> Callable[[str], str]:
+    return lambda value: f"{setting}={value}"
 
 
 # ---- connection hygiene, TLS and access control ----
@@ -220,7 +257,7 @@ def parse_settings(argv: Sequence[str]) -> Settings:
     if not repositories:
         parser.error("--model-repository is required")
     for repo in repositories:
-        if not repo.is_dir():
+        if not repo.is_dir() and args.exit_on_error:  # else the server starts, not live (kserve_v2.app)
             parser.error(f"model repository '{repo}' is not a directory")
     # argparse converts string defaults (environment values) with `type`, but checks no choices there.
     if args.event_loop not in EVENT_LOOPS:
@@ -245,10 +282,18 @@ def parse_settings(argv: Sequence[str]) -> Settings:
             parser.error(f"--{name}={str(not value).lower()} is not supported: {why}")
     origins = tuple(o.strip() for o in args.cors_allowed_origins.split(",") if o.strip())
     _check_network(parser, args)
-    skip = ("command", "model_repository", "load_model", "cors_allowed_origins", *fixed)
+    if args.metrics_interval_ms <= 0:
+        parser.error("--metrics-interval-ms must be > 0")
+    try:
+        metrics_config = parse_metrics_config(args.metrics_config or ())
+        trace_config = parse_trace_config(args.trace_config or (), args.trace_otlp_endpoint)
+    except ValueError as err:
+        parser.error(str(err))
+    skip = ("command", "model_repository", "load_model", "cors_allowed_origins", "metrics_config", "trace_config",
+            "trace_otlp_endpoint", *fixed)
     values = {k: v for k, v in vars(args).items() if k not in skip}
     return Settings(model_repositories=tuple(repositories), load_models=tuple(args.load_model or ()),
-                    cors_allowed_origins=origins, **values)
+                    cors_allowed_origins=origins, metrics_config=metrics_config, trace_config=trace_config, **values)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

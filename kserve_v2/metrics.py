@@ -6,8 +6,11 @@ keep working: per ``model`` and ``version``, request counts, cumulative duration
 microseconds, a pending-request gauge, and failures by ``reason`` (REJECTED, CANCELED, BACKEND,
 OTHER). prometheus-client would print counters as ``<name>_total``, which Triton's names do not
 have, so the counting families are exposed as untyped under their exact names (PromQL's
-``rate()`` works the same). A latency histogram in seconds is added for percentiles. Nothing is
-module-global: ``app.py`` builds the registry. Updated on the event loop by ``InferenceService``.
+``rate()`` works the same). A latency histogram in seconds is added for percentiles. Triton's
+``--metrics-config`` (``kserve_v2.metrics_config``) drops the cumulative latency counters, adds
+its latency summaries (quantiles over a sliding window, from the prometheus-summary package on
+prometheus-client's ``Summary``) or its first-response histogram. Nothing is module-global:
+``app.py`` builds the registry. Updated on the event loop by ``InferenceService``.
 
 The same requests are also totalled per (model, API): ``infer`` for V2, the semantic routes name
 theirs. ``InferenceMetrics.api_totals`` hands those totals to exporters outside the core (the
@@ -27,8 +30,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import (GaugeMetricFamily, HistogramMetricFamily, Metric,
                                    UnknownMetricFamily)
 from prometheus_client.registry import Collector
+from prometheus_summary import Summary
 
 from kserve_v2.errors import ErrorCode
+from kserve_v2.metrics_config import MetricsConfig
 
 LABELS = ["model", "version"]
 _Labels = TypeVar("_Labels", bound=tuple[str, ...])  # one series' label values
@@ -46,6 +51,19 @@ FAMILIES = (
     ("nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds"),
 )
 FAILURE = ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes")
+_LATENCY_COUNTERS = range(3, 8)  # FAMILIES' cumulative durations, left out with counter_latencies=false
+# (name, help, column of a row's observations): Triton's latency summaries, in microseconds
+SUMMARIES = (
+    ("nv_inference_request_summary_us", "Summary of inference request duration in microseconds", 3),
+    ("nv_inference_queue_summary_us", "Summary of inference queuing duration in microseconds", 4),
+    ("nv_inference_compute_input_summary_us", "Summary of compute input duration in microseconds", 5),
+    ("nv_inference_compute_infer_summary_us", "Summary of compute inference duration in microseconds", 6),
+    ("nv_inference_compute_output_summary_us", "Summary of inference compute output duration in microseconds", 7),
+)
+SUMMARY_AGE_BUCKETS = 5  # prometheus-cpp's default, as Triton has it
+FIRST_RESPONSE = ("nv_inference_first_response_histogram_ms", "Duration from request to first response in milliseconds")
+FIRST_RESPONSE_BUCKETS = (100.0, 500.0, 2000.0, 5000.0)  # ms, Triton's default buckets
+FIRST_RESPONSE_EDGES = (*map(str, FIRST_RESPONSE_BUCKETS), "+Inf")
 V2_API = "infer"  # the API name of V2 inference requests
 # phase -> index in (batch_size, total, queue, input, infer, output)
 PHASES = (("queue", 2), ("input", 3), ("infer", 4), ("output", 5), ("total", 1))
@@ -64,14 +82,21 @@ class InferenceMetrics(Collector):
 
     Plain numbers updated on the event loop and turned into metric families at scrape time:
     no lock or label lookup on the request path.
+
+    Args:
+        registry: the registry to report in.
+        config: which latency families to export (Triton's ``--metrics-config``).
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, config: MetricsConfig | None = None) -> None:
+        self._config = config = config or MetricsConfig()
         self._values: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * len(FAMILIES))
         self._failures: defaultdict[tuple[str, str, str], int] = defaultdict(int)
         self._pending: defaultdict[tuple[str, str], int] = defaultdict(int)
         # per version: counts per latency bucket (the last is +Inf), and the sum in seconds
         self._latency: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * (len(LATENCY_BUCKETS) + 2))
+        self._first_response: defaultdict[tuple[str, str], list[float]] = defaultdict(
+            lambda: [0.0] * (len(FIRST_RESPONSE_BUCKETS) + 2))
         # per API: requests per (model, api, status); per (model, api, phase) latency buckets + sum;
         # per model batch-size buckets + sum, and tokens
         self._requests: defaultdict[tuple[str, str, str], int] = defaultdict(int)
@@ -81,7 +106,10 @@ class InferenceMetrics(Collector):
         self._tokens: defaultdict[str, int] = defaultdict(int)
         # per (model, version, api): the slots above that a success updates, and its observations
         self._rows: dict[tuple[str, str, str], _Row] = {}
-        registry.register(self)
+        registry.register(self)  # before the summaries: a scrape folds the observations into them first
+        self._summaries = [Summary(name, text, LABELS, registry=registry, invariants=config.summary_quantiles,
+                                   max_age_seconds=config.summary_max_age_secs, age_buckets=SUMMARY_AGE_BUCKETS)
+                           for name, text, _ in SUMMARIES] if config.summary_latencies else []
 
     def started(self, model: str, version: str) -> None:
         """A request for this version is pending."""
@@ -105,9 +133,20 @@ class InferenceMetrics(Collector):
 
     def _row(self, model: str, version: str, api: str) -> _Row:
         key = (model, version)
-        return _Row(model, api, self._values[key], self._latency[key],
-                    [(self._phases[(model, api, phase)], _DURATION_COLUMNS[index]) for phase, index in PHASES],
-                    self._batches[model])
+        row = _Row(model, api, self._values[key], self._latency[key],
+                   [(self._phases[(model, api, phase)], _DURATION_COLUMNS[index]) for phase, index in PHASES],
+                   self._batches[model])
+        row.summaries = [(summary.labels(model, version), column)
+                         for summary, (_, _, column) in zip(self._summaries, SUMMARIES, strict=False)]
+        if self._config.histogram_latencies:
+            row.first_response = self._first_response[key]
+        return row
+
+    def fold(self) -> None:
+        """Add every request so far to the series (each scrape does; ``kserve_v2.app`` also calls it
+        every metrics interval, so that the summaries' sliding windows see requests when they happen)."""
+        for row in self._rows.values():
+            self._fold(row)
 
     def _fold(self, row: _Row) -> None:
         """Add a row's observations to the counters and histograms."""
@@ -128,6 +167,11 @@ class InferenceMetrics(Collector):
         for counts, column in row.phases:
             _observe_all(counts, LATENCY_BUCKETS, seconds[:, column - 3])
         _observe_all(row.batches, BATCH_BUCKETS, data[:, 0])
+        if row.first_response is not None:
+            _observe_all(row.first_response, FIRST_RESPONSE_BUCKETS, data[:, 3] / 1e6)
+        for child, column in row.summaries:
+            for microseconds in (data[:, column] / 1000).tolist():
+                child.observe(microseconds)
         self._requests[(row.model, row.api, "ok")] += count
         self._tokens[row.model] += int(sums[2])
 
@@ -140,9 +184,10 @@ class InferenceMetrics(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Called by the registry at each scrape (on the event loop, as the updates)."""
-        for row in self._rows.values():
-            self._fold(row)
+        self.fold()
         for index, (name, text) in enumerate(FAMILIES):
+            if index in _LATENCY_COUNTERS and not self._config.counter_latencies:
+                continue
             family = UnknownMetricFamily(name, text, labels=LABELS)
             for (model, version), values in self._values.items():
                 family.add_metric([model, version], values[index])
@@ -158,11 +203,12 @@ class InferenceMetrics(Collector):
         yield pending
         yield histogram_family("nv_inference_request_latency_seconds", "Latency of successful inference requests in seconds",
                                LABELS, LATENCY_EDGES, dict(self._latency))
+        if self._config.histogram_latencies:
+            yield histogram_family(*FIRST_RESPONSE, LABELS, FIRST_RESPONSE_EDGES, dict(self._first_response))
 
     def api_totals(self) -> ApiTotals:
         """The per-API totals, with every request so far folded in (live views, read on the event loop)."""
-        for row in self._rows.values():
-            self._fold(row)
+        self.fold()
         pending: defaultdict[str, int] = defaultdict(int)
         for (model, _), count in self._pending.items():
             pending[model] += count
@@ -194,15 +240,18 @@ class ApiTotals:
 class _Row:
     """The series one (model, version, api) success updates, and its observations not yet
     added to them: ``_COLUMNS`` numbers a request (batch size, executions, tokens, then the
-    durations in ns: total, queue, input, infer, output)."""
+    durations in ns: total, queue, input, infer, output). ``summaries`` and ``first_response``
+    are the optional latency families' series (summary child, column), empty / None when off."""
 
-    __slots__ = ("model", "api", "values", "latency", "phases", "batches", "observed")
+    __slots__ = ("model", "api", "values", "latency", "phases", "batches", "observed", "summaries", "first_response")
 
     def __init__(self, model: str, api: str, values: list[float], latency: list[float],
                  phases: list[tuple[list[float], int]], batches: list[float]) -> None:
         self.model, self.api = model, api
         self.values, self.latency, self.phases, self.batches = values, latency, phases, batches
         self.observed: list[int] = []
+        self.summaries: list[tuple[Summary, int]] = []
+        self.first_response: list[float] | None = None
 
 
 def _observe_all(counts: list[float], bounds: tuple[float, ...], values: np.ndarray) -> None:

@@ -30,6 +30,7 @@ from kserve_v2.settings import Settings
 from kserve_v2.shared_memory import SharedMemoryRegistry
 from kserve_v2.tensors import pack_bytes
 from kserve_v2.text import NOT_TEXT, OutputKind, TextCall, TextContract, TextModelInfo
+from kserve_v2.trace_config import TraceConfig
 from kserve_v2.tracing import Tracing
 
 # Extensions this server implements (Triton's names, ServerMetadata.extensions).
@@ -58,16 +59,21 @@ class RequestReport:
 
 
 class ServerState:
-    """Readiness inputs: startup finished, draining, strict readiness (Triton's rules).
+    """Readiness inputs: startup finished, draining, strict readiness (Triton's rules), and
+    whether initialization failed.
 
     Ready means: startup loading finished, not draining, and, with strict readiness, every
     model loaded at startup is READY (Triton's ``--strict-readiness``; ``src/server.cc`` ``IsReady``).
+    Live means initialization did not fail (``failure`` is empty): a server started with
+    ``--exit-on-error=false`` on a repository it cannot read stays up, neither live nor ready, as
+    Triton's does in its SERVER_FAILED_TO_INITIALIZE state.
     """
 
     def __init__(self, strict_readiness: bool) -> None:
         self.strict_readiness = strict_readiness
         self.started = False
         self.draining = False
+        self.failure = ""  # why initialization failed, or ""
 
 
 class InferenceService:
@@ -94,7 +100,7 @@ class InferenceService:
         self._logs = logs or LogSettings(0)
         self._budget = budget or MemoryBudget(Settings.max_request_decoded_bytes, Settings.request_memory_pool_bytes)
         self._manager = manager
-        self._tracing = tracing or Tracing(None, server_name)
+        self._tracing = tracing or Tracing(TraceConfig(), server_name)
         self._state = state
         self._server_name = server_name
         self._control_mode = control_mode
@@ -106,7 +112,7 @@ class InferenceService:
     def is_ready(self) -> bool:
         """ServerReady and the grpc.health.v1 status."""
         state = self._state
-        if not state.started or state.draining:
+        if not state.started or state.draining or state.failure:
             return False
         return self._manager.startup_models_ready() or not state.strict_readiness
 
@@ -125,7 +131,7 @@ class InferenceService:
         return self._manager.stored_config(name)
 
     def server_live(self, _: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
-        return pb.ServerLiveResponse(live=True)
+        return pb.ServerLiveResponse(live=not self._state.failure)
 
     def server_ready(self, _: pb.ServerReadyRequest) -> pb.ServerReadyResponse:
         return pb.ServerReadyResponse(ready=self.is_ready())
@@ -220,16 +226,17 @@ class InferenceService:
                 return await self._run(request, model, api, raw_inputs, raw_outputs, wire_bytes)
             finally:
                 model.release()
-        with self._tracing.request("ModelInfer", carrier or {}, request.model_name) as span:
-            started = time.time_ns()
+        with self._tracing.request("ModelInfer", carrier or {}, request.model_name) as traced:
             with self._manager.acquire(request.model_name, request.model_version) as model:
+                if traced is not None:
+                    traced.begin(request, model, self._memory, raw_inputs)
                 response, report = await self._run(request, model, api, raw_inputs, raw_outputs, wire_bytes)
-            if span is None:
+            if traced is None:
                 return response, report
-            self._tracing.phases(span, started, {"compute_input": report.compute_input_ns, "queue": report.queue_ns,
-                                                 "compute_infer": report.compute_infer_ns,
-                                                 "compute_output": report.compute_output_ns})
-            return response, replace(report, trace_id=Tracing.trace_id(span))
+            traced.end(response, {"compute_input": report.compute_input_ns, "queue": report.queue_ns,
+                                  "compute_infer": report.compute_infer_ns, "compute_output": report.compute_output_ns,
+                                  "total": report.total_ns}, report.outputs)
+            return response, replace(report, trace_id=traced.trace_id)
 
     async def _run(self, request: pb.ModelInferRequest, model: ModelVersion, api: str,
                    raw_inputs: Sequence[Buffer] | None, raw_outputs: bool, wire_bytes: int | None
@@ -375,8 +382,9 @@ class InferenceService:
 
         Raises:
             Unavailable: control mode is not explicit (Triton's answer) -> UNAVAILABLE.
-            InvalidInput: unsafe name or file path, unknown parameter -> INVALID_ARGUMENT.
-            InternalError: unknown model or failed load ("failed to load ...") -> INTERNAL.
+            InvalidInput: unsafe name or file path, unknown parameter, or a failed load (Triton's
+                "load failed for model '<m>': version <v> is at UNAVAILABLE state: <reason>;") -> INVALID_ARGUMENT.
+            InternalError: unknown model ("failed to load '<m>', failed to poll from model repository") -> INTERNAL.
         """
         self._require_explicit()
         await self._manager.load_requested(_model_name(request), request.parameters)

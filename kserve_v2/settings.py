@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kserve_v2.metrics_config import MetricsConfig
+from kserve_v2.trace_config import TraceConfig
+
 # how /v1/embeddings reads token-id input (transcoding.token_ids)
 TOKEN_ID_MODES = ("tiktoken", "model")
 
@@ -29,8 +32,13 @@ class Settings:
     allow_client_shm: bool = False
     metrics_address: str = "0.0.0.0"
     metrics_port: int = 8002
+    allow_cpu_metrics: bool = True
+    allow_gpu_metrics: bool = True
+    metrics_interval_ms: float = 2000.0  # how often the CPU metrics are read (Triton's default)
+    metrics_config: MetricsConfig = MetricsConfig()
     server_name: str = "kserve_v2"
     model_control_mode: str = "none"
+    exit_on_error: bool = True  # false: a repository that cannot be read leaves the server up, not live
     load_models: tuple[str, ...] = ()
     repository_poll_secs: float = 15.0
     strict_readiness: bool = True
@@ -38,7 +46,7 @@ class Settings:
     event_loop: str = "uvloop"
     log_verbose: int = 0
     log_format: str = "text"
-    trace_otlp_endpoint: str = ""
+    trace_config: TraceConfig = TraceConfig()  # Triton's --trace-config, with --trace-otlp-endpoint folded in
     openai_token_ids: str = "tiktoken"
     cors_allowed_origins: tuple[str, ...] = ()
     grpc_keepalive_time: int = 7_200_000

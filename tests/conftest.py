@@ -1,4 +1,5 @@
-"""Shared fixtures: servers on the example repository (module-scoped, started once).
+"""Shared fixtures: servers on the example repository (module-scoped, started once), and an OTLP/HTTP
+collector for the tracing tests.
 
 tritonclient is imported only inside the fixtures that use it, and ``tests/unit`` is not collected
 here: the unit layer imports the server's own generated ``inference.*`` modules, which cannot share
@@ -8,8 +9,10 @@ that layer on its own; ``test_unit_layer.py`` runs it in a subprocess as part of
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -36,3 +39,31 @@ def client(example_server: Server) -> Iterator[grpcclient.InferenceServerClient]
 
     with grpcclient.InferenceServerClient(example_server.url) as triton:
         yield triton
+
+
+@pytest.fixture
+def collector() -> Iterator[tuple[str, list[Any]]]:
+    """An OTLP/HTTP traces collector on a free port: (its URL, the spans it has received so far)."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    spans: list[Any] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            request = ExportTraceServiceRequest.FromString(body)
+            for resource in request.resource_spans:
+                for scope in resource.scope_spans:
+                    spans.extend(scope.spans)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces", spans
+    server.shutdown()

@@ -129,8 +129,8 @@ def test_ensemble_load_errors_name_the_step(ensembles, name: str, text: str) -> 
     with grpcclient.InferenceServerClient(ensembles.url) as client:
         with pytest.raises(InferenceServerException) as err:
             client.load_model(name)
-        assert err.value.status() == "StatusCode.INTERNAL"
-        assert err.value.message().startswith(f"failed to load '{name}'")
+        assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert err.value.message().startswith(f"load failed for model '{name}': ")
         assert text in err.value.message()
         assert not client.is_model_ready(name)
     assert ensembles.proc.poll() is None

@@ -78,13 +78,15 @@ def test_explicit_index_load_unload(explicit) -> None:
 
 def test_load_errors(explicit) -> None:
     _, client = explicit
-    for name in ("wrong_model_name", "broken"):
+    for name, text, status in (("wrong_model_name", "failed to load 'wrong_model_name'", "INTERNAL"),
+                               ("broken", "load failed for model 'broken': version 1 is at UNAVAILABLE state:",
+                                "INVALID_ARGUMENT")):
         with pytest.raises(InferenceServerException) as err:
             client.load_model(name)
-        assert "failed to load" in err.value.message() and err.value.status() == "StatusCode.INTERNAL"
+        assert text in err.value.message() and err.value.status() == f"StatusCode.{status}"
     with pytest.raises(InferenceServerException) as err:
         client.load_model("scale", config="{not json")
-    assert "failed to load" in err.value.message() and err.value.status() == "StatusCode.INTERNAL"
+    assert "load failed for model 'scale'" in err.value.message() and err.value.status() == "StatusCode.INVALID_ARGUMENT"
     with grpc.insecure_channel(explicit[0].url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         request = service_pb2.RepositoryModelLoadRequest(model_name="scale")
@@ -106,7 +108,7 @@ def test_config_override_and_failed_reload_keeps_serving(explicit) -> None:
     assert infer(client, "scale", rows=16).shape == (16, 4)
     with pytest.raises(InferenceServerException) as err:
         client.load_model("scale", config='{"input":[{"name":"NOPE","data_type":"TYPE_FP32","dims":[4]}]}')
-    assert "failed to load" in err.value.message()
+    assert "load failed for model 'scale'" in err.value.message()
     assert client.is_model_ready("scale") and infer(client, "scale")[0, 0] == 2.0
     assert client.get_model_config("scale").config.max_batch_size == 16
 

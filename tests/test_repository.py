@@ -126,7 +126,7 @@ def test_corrupt_model_is_unavailable_others_serve_and_server_not_ready(tmp_path
             assert not client.is_server_ready()
             index = {m.name: m for m in client.get_model_repository_index().models}
             assert index["corrupt"].state == "UNAVAILABLE" and index["corrupt"].version == "1"
-            assert "failed to load model 'corrupt' version 1" in index["corrupt"].reason
+            assert "Load model from <model folder>/1/model.onnx failed" in index["corrupt"].reason
             assert index["good"].state == "READY"
             assert not client.is_model_ready("corrupt")
             with pytest.raises(InferenceServerException) as err:

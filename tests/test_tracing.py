@@ -1,52 +1,23 @@
 """OpenTelemetry: a traceparent sent in comes back in X-Trace-ID and in the spans the server exports.
 
-The test is the OTLP/HTTP collector: it receives the server's ExportTraceServiceRequest messages
-and decodes them with opentelemetry-proto.
+The test is the OTLP/HTTP collector (the ``collector`` fixture of conftest.py): it receives the
+server's ExportTraceServiceRequest messages and decodes them with opentelemetry-proto.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
-import pytest
 import tritonclient.grpc as grpcclient
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from helpers import EXAMPLES, start_server
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 GRPC_TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
-
-
-@pytest.fixture
-def collector():
-    spans: list = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            request = ExportTraceServiceRequest.FromString(body)
-            for resource in request.resource_spans:
-                for scope in resource.scope_spans:
-                    spans.extend(scope.spans)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.end_headers()
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces", spans
-    server.shutdown()
 
 
 def test_traceparent_joins_the_callers_trace_over_http_and_grpc(collector, tmp_path) -> None:

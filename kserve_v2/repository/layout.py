@@ -35,6 +35,19 @@ def validate_model_name(name: str) -> str:
     return name
 
 
+def unreadable(repositories: Iterable[Path]) -> str:
+    """Why the first repository that cannot be listed cannot be (a missing folder, a file, no
+    permission), or "" when every one can."""
+    for repo in repositories:
+        if not repo.is_dir():
+            return f"model repository '{repo}' is not a directory"
+        try:
+            next(repo.iterdir(), None)
+        except OSError as err:
+            return f"model repository '{repo}' cannot be read: {err.strerror}"
+    return ""
+
+
 def model_dirs(repositories: Iterable[Path]) -> dict[str, list[Path]]:
     """Every subdirectory of every repository, by name (a name in two repositories is ambiguous)."""
     found: dict[str, list[Path]] = {}

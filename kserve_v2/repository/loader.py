@@ -20,7 +20,7 @@ class LoadResult:
     Attributes:
         config: the completed configuration (None when it could not be read).
         loaded: version -> servable version.
-        failed: version -> failure reason.
+        failed: version -> failure reason (the backend's error, without host paths).
         error: a failure of the whole model (configuration, no versions), else "".
         ensemble_versions: an ensemble's versions to build once its composing models are loaded
             (the model manager does it; ``kserve_v2.ensemble``).
@@ -77,7 +77,7 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None 
             completed = True
             result.loaded[version] = ModelVersion(name, version, config, executable, sequence, result.labels)
         except Exception as err:  # noqa: BLE001 - any load failure is reported as the version's reason
-            result.failed[version] = f"failed to load model '{name}' version {version}: {_without_paths(err, model_dir)}"
+            result.failed[version] = _without_paths(err, model_dir)  # the version's reason, as Triton's index shows it
     result.config = config
     return result
 

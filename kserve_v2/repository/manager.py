@@ -89,7 +89,10 @@ class ModelManager:
 
     def __init__(self, repositories: list[Path], gpus: int, on_change: Callable[[], None],
                  ready_when_empty: bool = False) -> None:
-        self._repositories = repositories
+        unique: dict[Path, Path] = {}
+        for repository in repositories:  # a folder named twice is one repository: Triton keeps a set of paths
+            unique.setdefault(repository.resolve(), repository)
+        self._repositories = list(unique.values())
         self._gpus = gpus
         self._on_change = on_change
         self._ready_when_empty = ready_when_empty
@@ -100,6 +103,11 @@ class ModelManager:
         self._stored: dict[Path, tuple[tuple[int, int, int] | None, mc.ModelConfig | None]] = {}
         self._background: set[asyncio.Task[None]] = set()  # retiring versions, loads and unloads left by their callers
         self.step_runner: ensemble.StepRunner | None = None  # the inference call ensemble steps go through
+
+    @property
+    def repositories(self) -> list[Path]:
+        """The repository folders, each once."""
+        return self._repositories
 
     def model_names(self) -> list[str]:
         """Every model folder name in the repositories."""
@@ -121,7 +129,7 @@ class ModelManager:
 
         Raises:
             InvalidInput: a bad parameter (``overrides.parse_load_parameters``) -> INVALID_ARGUMENT.
-            InternalError: as ``load``.
+            InvalidInput / InternalError: as ``load``.
         """
         await self.load(name, parse_load_parameters(parameters))
 
@@ -134,9 +142,10 @@ class ModelManager:
         composing models that are not READY (as Triton does), then checks its steps against them.
 
         Raises:
-            InvalidInput: an unsafe model name -> INVALID_ARGUMENT.
-            InternalError: no such folder ("failed to poll from model repository"), or nothing
-                could be loaded ("failed to load '<m>': <reason>") -> INTERNAL.
+            InvalidInput: an unsafe model name, or nothing could be loaded (Triton's text, see
+                ``load_failure``) -> INVALID_ARGUMENT / 400.
+            InternalError: no such folder ("failed to load '<m>', failed to poll from model
+                repository") -> INTERNAL.
         """
         await self._to_the_end(self._load(name, overrides, _chain))
 
@@ -162,9 +171,9 @@ class ModelManager:
             memory = (_rss_bytes() - rss_before) / 2**20
             if error:
                 log.error("failed to load model '%s' in %.1f ms (RSS %+.1f MiB): %s", name, elapsed_ms, memory, error)
-                raise InternalError(f"failed to load '{name}': {error}")
-            for reason in result.failed.values():  # versions that failed beside ones that loaded
-                log.error("%s", reason)
+                raise InvalidInput(load_failure(name, result))
+            for version, reason in result.failed.items():  # versions that failed beside ones that loaded
+                log.error("failed to load model '%s' version %d: %s", name, version, reason)
             record.memory_bytes = max(0, int(memory * 2**20))
             log.info("loaded model '%s' versions %s in %.1f ms (RSS %+.1f MiB)",
                      name, sorted(result.loaded), elapsed_ms, memory)
@@ -183,7 +192,8 @@ class ModelManager:
                 try:
                     await self.load(model, _chain=chain)
                 except ServerError as err:
-                    result.error = f"ensemble '{name}' depends on '{model}' which is not valid (step {index}): {err}"
+                    result.error = (f"ensemble '{name}' depends on '{model}' which is not valid (step {index}): "
+                                    f"{str(err).rstrip()}")
                     return
 
         def lookup(model: str, version: int) -> ModelSpec | None:
@@ -494,6 +504,18 @@ class ModelManager:
         model = self.resolve(name, version)
         model.hold()
         return model
+
+
+def load_failure(name: str, result: LoadResult) -> str:
+    """Triton's text for a load that left nothing new READY (``model_repository_manager.cc`` and
+    ``model_lifecycle.cc`` in triton-inference-server/core): ``load failed for model '<m>': version
+    <v> is at UNAVAILABLE state: <reason>;`` for each failed version (the reason the repository
+    index shows), or the model's own reason when it failed as a whole, then a newline."""
+    if result.error:
+        return f"load failed for model '{name}': {result.error}\n"
+    reasons = "".join(f"version {version} is at {State.UNAVAILABLE.value} state: {reason};"
+                      for version, reason in sorted(result.failed.items()))
+    return f"load failed for model '{name}': {reasons}\n"
 
 
 def parse_version(version: str) -> int:
