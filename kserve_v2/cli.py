@@ -43,7 +43,8 @@ TRITON_ALIASES = {"serve": ["tritonserver"], "--model-repository": ["--model-sto
 TRITON_FIXED = {"allow-grpc": (True, "gRPC is this server's primary API (and its health probe)"),
                 "strict-model-config": (False, "configs are always auto-completed from the ONNX model"),
                 "allow-sagemaker": (False, "there is no SageMaker API"),
-                "allow-vertex-ai": (False, "there is no Vertex AI API")}
+                "allow-vertex-ai": (False, "there is no Vertex AI API"),
+                "model-namespacing": (False, "model names form one namespace; a name in two repositories is ambiguous")}
 
 
 class JsonFormatter(logging.Formatter):

@@ -57,10 +57,15 @@ def test_unreadable_repository_with_exit_on_error_false_serves_health_and_metada
         assert server.stop() == 0
 
 
-def test_unreadable_repository_exits_by_default(tmp_path) -> None:
-    done = subprocess.run([sys.executable, "-m", "kserve_v2", "serve", "--model-repository", str(tmp_path / "xyzx")],
+@pytest.mark.parametrize("args, text", [
+    (("--model-repository", "{tmp}/xyzx"), "model repository '{tmp}/xyzx' is not a directory"),  # the default: exit
+    (("--model-repository", "{tmp}", "--model-namespacing=true"), "--model-namespacing=true is not supported"),
+])
+def test_usage_errors(tmp_path, args, text) -> None:
+    args = tuple(arg.format(tmp=tmp_path) for arg in args)
+    done = subprocess.run([sys.executable, "-m", "kserve_v2", "serve", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "is not a directory" in done.stderr
+    assert done.returncode == 2 and text.format(tmp=tmp_path) in done.stderr
 
 
 def test_a_repository_given_twice_is_one_repository(tmp_path) -> None:
