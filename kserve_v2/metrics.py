@@ -8,8 +8,8 @@ OTHER). prometheus-client would print counters as ``<name>_total``, which Triton
 have, so the counting families are exposed as untyped under their exact names (PromQL's
 ``rate()`` works the same). A latency histogram in seconds is added for percentiles. Triton's
 ``--metrics-config`` (``kserve_v2.metrics_config``) drops the cumulative latency counters, adds
-its latency summaries (quantiles over a sliding window, from the prometheus-summary package on
-prometheus-client's ``Summary``) or its first-response histogram. Nothing is module-global:
+its latency summaries (quantiles over a sliding window, ``kserve_v2.summaries``) or its
+first-response histogram. Nothing is module-global:
 ``app.py`` builds the registry. Updated on the event loop by ``InferenceService``.
 
 The same requests are also totalled per (model, API): ``infer`` for V2, the semantic routes name
@@ -30,10 +30,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import (GaugeMetricFamily, HistogramMetricFamily, Metric,
                                    UnknownMetricFamily)
 from prometheus_client.registry import Collector
-from prometheus_summary import Summary
 
 from kserve_v2.errors import ErrorCode
 from kserve_v2.metrics_config import MetricsConfig
+from kserve_v2.summaries import WindowQuantiles, summary_family
 
 LABELS = ["model", "version"]
 _Labels = TypeVar("_Labels", bound=tuple[str, ...])  # one series' label values
@@ -106,10 +106,10 @@ class InferenceMetrics(Collector):
         self._tokens: defaultdict[str, int] = defaultdict(int)
         # per (model, version, api): the slots above that a success updates, and its observations
         self._rows: dict[tuple[str, str, str], _Row] = {}
-        registry.register(self)  # before the summaries: a scrape folds the observations into them first
-        self._summaries = [Summary(name, text, LABELS, registry=registry, invariants=config.summary_quantiles,
-                                   max_age_seconds=config.summary_max_age_secs, age_buckets=SUMMARY_AGE_BUCKETS)
-                           for name, text, _ in SUMMARIES] if config.summary_latencies else []
+        # per summary of SUMMARIES (when on): (model, version) -> its window
+        self._summaries: list[dict[tuple[str, str], WindowQuantiles]] = [{} for _ in SUMMARIES] if (
+            config.summary_latencies) else []
+        registry.register(self)
 
     def started(self, model: str, version: str) -> None:
         """A request for this version is pending."""
@@ -136,8 +136,10 @@ class InferenceMetrics(Collector):
         row = _Row(model, api, self._values[key], self._latency[key],
                    [(self._phases[(model, api, phase)], _DURATION_COLUMNS[index]) for phase, index in PHASES],
                    self._batches[model])
-        row.summaries = [(summary.labels(model, version), column)
-                         for summary, (_, _, column) in zip(self._summaries, SUMMARIES, strict=False)]
+        for windows, (_, _, column) in zip(self._summaries, SUMMARIES, strict=False):
+            if key not in windows:  # one window per version, whatever API its requests came through
+                windows[key] = WindowQuantiles(self._config.summary_max_age_secs, SUMMARY_AGE_BUCKETS)
+            row.summaries.append((windows[key], column))
         if self._config.histogram_latencies:
             row.first_response = self._first_response[key]
         return row
@@ -169,9 +171,8 @@ class InferenceMetrics(Collector):
         _observe_all(row.batches, BATCH_BUCKETS, data[:, 0])
         if row.first_response is not None:
             _observe_all(row.first_response, FIRST_RESPONSE_BUCKETS, data[:, 3] / 1e6)
-        for child, column in row.summaries:
-            for microseconds in (data[:, column] / 1000).tolist():
-                child.observe(microseconds)
+        for window, column in row.summaries:
+            window.observe(data[:, column] / 1000)  # microseconds
         self._requests[(row.model, row.api, "ok")] += count
         self._tokens[row.model] += int(sums[2])
 
@@ -205,6 +206,8 @@ class InferenceMetrics(Collector):
                                LABELS, LATENCY_EDGES, dict(self._latency))
         if self._config.histogram_latencies:
             yield histogram_family(*FIRST_RESPONSE, LABELS, FIRST_RESPONSE_EDGES, dict(self._first_response))
+        for windows, (name, text, _) in zip(self._summaries, SUMMARIES, strict=False):
+            yield summary_family(name, text, LABELS, windows, self._config.summary_quantiles)
 
     def api_totals(self) -> ApiTotals:
         """The per-API totals, with every request so far folded in (live views, read on the event loop)."""
@@ -241,7 +244,7 @@ class _Row:
     """The series one (model, version, api) success updates, and its observations not yet
     added to them: ``_COLUMNS`` numbers a request (batch size, executions, tokens, then the
     durations in ns: total, queue, input, infer, output). ``summaries`` and ``first_response``
-    are the optional latency families' series (summary child, column), empty / None when off."""
+    are the optional latency families' series ((window, column), bucket counts), empty / None when off."""
 
     __slots__ = ("model", "api", "values", "latency", "phases", "batches", "observed", "summaries", "first_response")
 
@@ -250,7 +253,7 @@ class _Row:
         self.model, self.api = model, api
         self.values, self.latency, self.phases, self.batches = values, latency, phases, batches
         self.observed: list[int] = []
-        self.summaries: list[tuple[Summary, int]] = []
+        self.summaries: list[tuple[WindowQuantiles, int]] = []
         self.first_response: list[float] | None = None
 
 

@@ -145,3 +145,26 @@ def test_tensor_entries_in_tritons_form() -> None:
     assert tensor_entry(1, "TENSOR_BACKEND_OUTPUT", "s", "BYTES", np.array([b"a", b"b c"], object))["tensor"]["data"] == '"a","b c"'
     assert tensor_entry(1, "TENSOR_BACKEND_OUTPUT", "b", "BOOL", np.array([True, False]))["tensor"]["data"] == "1,0"
     assert tensor_entry(1, "TENSOR_BACKEND_OUTPUT", "h", "FP16", np.zeros(2, np.float16))["tensor"]["data"] == ""
+
+
+def test_window_quantiles_slide_with_the_clock() -> None:
+    import math
+
+    import numpy as np
+
+    from kserve_v2.summaries import MAX_KEPT, WindowQuantiles
+
+    now = [0.0]
+    window = WindowQuantiles(10.0, 5, clock=lambda: now[0])  # slots of 2 s
+    window.observe(np.arange(1, 101, dtype=np.float64))
+    assert window.query([0.5, 0.9, 0.99]) == [50.0, 90.0, 99.0]  # observed values, exact
+    now[0] = 8.5
+    window.observe(np.array([1000.0]))
+    assert window.query([0.5])[0] == 51.0 and window.query([0.999])[0] == 1000.0
+    now[0] = 10.1  # the first slot has left the window; the last value has not
+    assert window.query([0.5, 0.9]) == [1000.0, 1000.0]
+    now[0] = 100.0
+    assert all(math.isnan(value) for value in window.query([0.5, 0.9]))
+    assert (window.count, window.sum) == (101, 5050.0 + 1000.0)  # _count and _sum keep everything
+    window.observe(np.linspace(0.0, 1.0, 4 * MAX_KEPT))  # more than a slot keeps: a uniform sample
+    assert abs(window.query([0.5])[0] - 0.5) < 0.05 and window.count == 101 + 4 * MAX_KEPT
