@@ -27,7 +27,7 @@ SHARED_K8S = ROOT.parent / "shared" / "k8s"
 BIN = Path(sys.executable).parent
 
 _PARSE = """
-import json, sys
+import dataclasses, json, sys
 from kserve_v2.cli import parse_settings
 out = []
 for argv in json.loads(sys.argv[1]):
@@ -37,7 +37,7 @@ for argv in json.loads(sys.argv[1]):
         out.append({"exit": exit.code})
         continue
     out.append({k: (list(map(str, v)) if isinstance(v, tuple) else v) for k, v in vars(settings).items()})
-print(json.dumps(out))
+print(json.dumps(out, default=dataclasses.asdict))  # the settings' own dataclasses (metrics_config, trace_config)
 """
 
 
