@@ -317,7 +317,7 @@ class SequenceBatcher:
                     outcome = err
                 else:
                     answer = Execution(share.outputs[: len(names)], share.pre_ns, share.post_ns, share.tokens,
-                                       executions)
+                                       executions, len(rows))  # batch_stats: the execution's rows, padding too
                     outcome = (answer, started - request.enqueued_ns, finished - started)
                     executions = 0
             if not request.future.done():

@@ -88,6 +88,10 @@ def sequence_server(tmp_path_factory):
               f"max_batch_size: 4\n{ONE_INSTANCE}sequence_batching {{ max_sequence_idle_microseconds: 30000000 "
               "oldest { max_candidate_sequences: 16 preferred_batch_size: [4] max_queue_delay_microseconds: 5000000 } "
               f"{probe_controls} }}")
+    add_model(repository, "stats_oldest", _probe_model(),
+              f"max_batch_size: 4\n{ONE_INSTANCE}sequence_batching {{ max_sequence_idle_microseconds: 30000000 "
+              "oldest { max_candidate_sequences: 8 preferred_batch_size: [4] max_queue_delay_microseconds: 2000000 } "
+              f"{probe_controls} }}")
     add_model(repository, "acc", _accumulator_model(),
               "max_batch_size: 8\ninstance_group [{ kind: KIND_CPU count: 2 }]\nsequence_batching { "
               f"max_sequence_idle_microseconds: 60000000 oldest {{ max_candidate_sequences: 32 "
@@ -293,14 +297,20 @@ def test_control_values_and_datatypes_as_configured(sequence_server) -> None:
 
 
 def test_direct_pads_empty_slots_with_ready_false(sequence_server) -> None:
-    """Direct: sequence A holds slot 0, B slot 1; a request of B alone runs as 2 rows, slot 0 READY = 0."""
+    """Direct: sequence A holds slot 0, B slot 1; a request of B alone runs as 2 rows, slot 0 READY = 0, and
+    batch_stats count it as an execution of 2."""
     with grpcclient.InferenceServerClient(sequence_server.url) as client:
+        before = _batch_stats(client.get_inference_statistics("probe_direct"))
         assert _step(client, "probe_direct", 10, 801, start=True) == 11
         assert _step(client, "probe_direct", 20, 802, start=True) == 21
         assert _step(client, "probe_direct", 5, 802, output="ROWS") == 2
         assert _step(client, "probe_direct", 5, 802, output="READIES") == 1
         assert _step(client, "probe_direct", 6, 802, end=True) == 6
         assert _step(client, "probe_direct", 7, 801, end=True) == 7
+        after = _batch_stats(client.get_inference_statistics("probe_direct"))
+    # batch_stats count padded executions by their rows, as Triton's direct scheduler does (a lone request in
+    # slot 1 runs as 2 rows): A's two requests alone in slot 0, B's four with slot 0 padded
+    assert {size: after[size] - before.get(size, 0) for size in after} == {1: 2, 2: 4}
 
 
 def test_oldest_batches_requests_of_different_sequences(sequence_server) -> None:
@@ -322,6 +332,37 @@ def test_oldest_batches_requests_of_different_sequences(sequence_server) -> None
         after = client.get_inference_statistics("probe_oldest").model_stats[0]
     assert after.inference_count - before.inference_count == 4
     assert after.execution_count - before.execution_count == 1
+
+
+def _batch_stats(stats) -> dict[int, int]:
+    """{batch size: executions} of one model's statistics, from the gRPC message or the HTTP JSON."""
+    if isinstance(stats, dict):
+        return {s["batch_size"]: s["compute_infer"]["count"] for s in stats["model_stats"][0]["batch_stats"]}
+    return {s.batch_size: s.compute_infer.count for s in stats.model_stats[0].batch_stats}
+
+
+def test_oldest_batch_stats_count_executions_by_their_rows(sequence_server) -> None:
+    """L0_dyna_sequence_batcher's check: four sequences of 3, 3, 3 and 2 steps sent round by round (each round
+    once the last has answered) run as executions of 4, 4 and 3 rows (preferred size 4, the round of 3 after
+    the queue delay); batch_stats count them so, inference_count counts requests."""
+    steps = {1001: 3, 1002: 3, 1003: 3, 1004: 2}
+
+    async def run() -> list[list[int]]:
+        async with aioclient.InferenceServerClient(sequence_server.url) as client:
+            async def one(sequence_id: int, step: int) -> int:
+                result = await client.infer("stats_oldest", _inputs(aioclient, step), sequence_id=sequence_id,
+                                            sequence_start=step == 0, sequence_end=step == steps[sequence_id] - 1)
+                return int(result.as_numpy("ROWS")[0][0])
+
+            return [await asyncio.gather(*(one(i, step) for i, n in steps.items() if step < n)) for step in range(3)]
+
+    assert asyncio.run(run()) == [[4] * 4, [4] * 4, [3] * 3]
+    with grpcclient.InferenceServerClient(sequence_server.url) as client:
+        stats = client.get_inference_statistics("stats_oldest")
+    with httpclient.InferenceServerClient(sequence_server.http_url) as client:
+        rest = client.get_inference_statistics("stats_oldest")
+    assert _batch_stats(stats) == _batch_stats(rest) == {3: 1, 4: 2}
+    assert (stats.model_stats[0].execution_count, stats.model_stats[0].inference_count) == (3, 11)
 
 
 def test_state_isolated_across_32_concurrent_sequences(sequence_server) -> None:
