@@ -18,7 +18,7 @@ from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.backend import Parameter
 from kserve_v2.datatypes import BYTES
 from kserve_v2.errors import InvalidInput
-from kserve_v2.shared_memory import RegionRange, SharedMemoryRegistry
+from kserve_v2.shared_memory import RegionRange, RequestRegions
 from kserve_v2.spec import MAX_MEMO, InputPlan, ModelSpec, RequestPlan, TensorSpec
 from kserve_v2.tensors import element_count, from_contents, from_raw, unpack_bytes
 
@@ -51,11 +51,12 @@ class DecodedRequest:
             self.output_names = tuple(t.name for t in self.outputs)
 
 
-def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None = None,
+def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: RequestRegions | None = None,
                    raw: Sequence[Buffer] | None = None) -> DecodedRequest:
     """Validate a request against the model and decode its tensors.
 
-    ``memory``: the registered shared memory regions, or None when client shared memory is off.
+    ``memory``: the request's view of the registered shared memory regions (each one it names is held
+    until the caller releases it), or None when client shared memory is off.
     ``raw``: the ``raw_input_contents`` entries when they travel beside the message (REST keeps
     the body's bytes as they arrived instead of copying them into it); None: the message's own.
 
@@ -150,7 +151,7 @@ def _remember(spec: ModelSpec, signature: Hashable, inputs: list[pb.ModelInferRe
 
 
 def _decode_inputs(inputs: list[pb.ModelInferRequest.InferInputTensor], spec: ModelSpec,
-                   memory: SharedMemoryRegistry | None, raw: Sequence[Buffer]) -> dict[str, np.ndarray]:
+                   memory: RequestRegions | None, raw: Sequence[Buffer]) -> dict[str, np.ndarray]:
     by_name = spec.inputs_by_name
     # (region, offset, byte_size) of each input read from shared memory, None for the others
     in_memory = [_memory_reference(sent.parameters, f"input '{sent.name}'", memory) if len(sent.parameters) else None
@@ -254,7 +255,7 @@ def _reshape(array: np.ndarray, reshape: tuple[int, ...], spec: ModelSpec, name:
         raise InvalidInput(f"input '{name}' of shape {list(array.shape)} cannot take the model's reshape {list(reshape)}") from None
 
 
-def _memory_reference(parameters: Mapping[str, pb.InferParameter], what: str, memory: SharedMemoryRegistry | None
+def _memory_reference(parameters: Mapping[str, pb.InferParameter], what: str, memory: RequestRegions | None
                       ) -> tuple[str, int, int] | None:
     """(region, offset, byte_size) named by a tensor's ``shared_memory_*`` parameters, or None.
 
@@ -276,7 +277,7 @@ def _memory_reference(parameters: Mapping[str, pb.InferParameter], what: str, me
     return values["shared_memory_region"], values.get("shared_memory_offset", 0), values["shared_memory_byte_size"]
 
 
-def _requested_outputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: SharedMemoryRegistry | None
+def _requested_outputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: RequestRegions | None
                        ) -> tuple[list[TensorSpec], dict[str, tuple[RegionRange, pb.ModelInferResponse.InferOutputTensor]],
                                   dict[str, int]]:
     """The outputs to return, those written to shared memory, and those asked for as classes."""

@@ -245,14 +245,16 @@ class InferenceService:
         metrics = self._metrics
         if metrics is not None:
             metrics.started(model.name, model.label)
+        # the shared memory regions the request names stay held (not unregistered) until it is answered
+        regions = self._memory.request() if self._memory is not None else None
         try:
-            cost, elements = request_cost(request, self._memory is not None, raw_inputs, wire_bytes)
+            cost, elements = request_cost(request, regions is not None, raw_inputs, wire_bytes)
             # a request that costs nothing here cannot fail the budget: no reservation to hold
             with self._budget.reserve(cost, model.name) if cost else _UNRESERVED:
                 if cost and is_heavy(cost, elements):
-                    decoded = await in_thread(decode_request, request, model.spec, self._memory, raw_inputs)
+                    decoded = await in_thread(decode_request, request, model.spec, regions, raw_inputs)
                 else:
-                    decoded = decode_request(request, model.spec, self._memory, raw_inputs)
+                    decoded = decode_request(request, model.spec, regions, raw_inputs)
                 decoded_at = time.perf_counter_ns()
                 try:
                     execution, queue_ns, infer_ns = await model.run(
@@ -277,6 +279,9 @@ class InferenceService:
                 code = err.code if isinstance(err, ServerError) else ErrorCode.CANCELLED
                 metrics.failed(model.name, model.label, api, code, elapsed)
             raise
+        finally:
+            if regions is not None:
+                regions.release()
         finished = time.perf_counter_ns()
         total_ns, input_ns, output_ns = finished - started, decoded_at - started + execution.pre_ns, \
             finished - ran_at + execution.post_ns
@@ -422,7 +427,8 @@ class InferenceService:
         """Register a region (see ``SharedMemoryRegistry.register``).
 
         Raises:
-            InvalidInput: client shared memory is off, or a bad key or range -> INVALID_ARGUMENT.
+            InvalidInput: client shared memory is off, an empty name, or a range beyond the object -> INVALID_ARGUMENT.
+            InternalError: a key that cannot be opened -> INTERNAL (Triton's text).
             AlreadyExists: the name is taken -> ALREADY_EXISTS.
         """
         if self._memory is None:
@@ -449,7 +455,12 @@ class InferenceService:
 
     def system_shared_memory_unregister(self, request: pb.SystemSharedMemoryUnregisterRequest
                                         ) -> pb.SystemSharedMemoryUnregisterResponse:
-        """Forget a region, or all of them (empty name); inputs in flight keep their mapping alive."""
+        """Forget a region, or all of them (empty name).
+
+        Raises:
+            InternalError: a region held by a request in flight (``SharedMemoryRegistry.unregister``,
+                Triton's texts) -> INTERNAL.
+        """
         if self._memory is not None:
             self._memory.unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()

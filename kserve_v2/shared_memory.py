@@ -5,8 +5,13 @@ bytes of it from ``offset`` under a region name, then names the region in an inp
 ``shared_memory_region`` / ``shared_memory_byte_size`` / ``shared_memory_offset`` parameters.
 Every offset and size is checked against the registered range before any access (CVE-2024-0088,
 Triton's texts "Invalid offset for shared memory region", "Invalid offset + byte size", "Integer
-overflow detected"), and error messages name regions, never keys or paths. Off unless the server
-runs with ``--allow-client-shm``.
+overflow detected"), and error messages name regions and the client's own key, never paths. Off
+unless the server runs with ``--allow-client-shm``.
+
+A request holds every region it names, inputs and outputs, from its decoding until its response
+is written (``RequestRegions``); a held region cannot be unregistered, as in Triton
+(``src/shared_memory_manager.cc``: "Cannot unregister shared memory region '<name>', it is
+currently in use.").
 
 The client owns the object and may shrink it (``ftruncate``) at any time, so nothing here maps
 it: a mapped page past the object's end kills the process with SIGBUS. Inputs are copied out
@@ -20,10 +25,11 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from kserve_v2.errors import AlreadyExists, InvalidInput, NotFound
+from kserve_v2.errors import AlreadyExists, Cancelled, InternalError, InvalidInput, NotFound
 
 SHM_ROOT = Path("/dev/shm")
 _KEY = re.compile(r"/[A-Za-z0-9_.\-]{1,254}")
@@ -41,15 +47,17 @@ class _Descriptor:
         os.close(self.fd)
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Region:
-    """One registered region: ``byte_size`` bytes of the object ``key`` from ``offset``."""
+    """One registered region: ``byte_size`` bytes of the object ``key`` from ``offset``;
+    ``users``: requests in flight that hold it (see ``RequestRegions``)."""
 
     name: str
     key: str
     offset: int
     byte_size: int
-    descriptor: _Descriptor
+    descriptor: _Descriptor = field(repr=False)
+    users: int = 0
 
 
 @dataclass(frozen=True)
@@ -91,50 +99,80 @@ class RegionRange:
 
 
 class SharedMemoryRegistry:
-    """The registered system shared memory regions of this server."""
+    """The registered system shared memory regions of this server.
+
+    Registration and unregistration run on the event loop; a request may take its regions on a
+    decode thread, so holding a region and unregistering it are serialised by ``lock``.
+    """
 
     def __init__(self) -> None:
         self._regions: dict[str, Region] = {}
+        self.lock = threading.Lock()
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        """Map ``byte_size`` bytes of ``/dev/shm/<key>`` from ``offset`` under ``name``.
+        """Register ``byte_size`` bytes of ``/dev/shm/<key>`` from ``offset`` under ``name`` (Triton's texts).
 
         Raises:
-            InvalidInput: an empty name, a key that is not one POSIX shm name (``/name``), an object
-                that cannot be opened as a regular file, or a range beyond its size -> INVALID_ARGUMENT.
             AlreadyExists: ``name`` is registered -> ALREADY_EXISTS.
+            InternalError: a key that names no openable POSIX shared memory object (``/name``; an
+                empty key too): "Unable to open shared memory region: '<key>'"; an object that is not
+                a regular file: "Invalid shared memory region: '<key>'" -> INTERNAL.
+            InvalidInput: an empty name; an offset and size beyond the object ("failed to register
+                shared memory region '<name>': invalid args") or past 2^64 -> INVALID_ARGUMENT.
         """
-        if not name:
-            raise InvalidInput("a shared memory region needs a name")
         if name in self._regions:
             raise AlreadyExists(f"shared memory region '{name}' already in manager")
-        if not _KEY.fullmatch(key) or key in ("/.", "/.."):
-            raise InvalidInput(f"the key of shared memory region '{name}' must be a POSIX shared memory name "
-                               "such as '/input_simple'")
-        if offset + byte_size >= _UINT64:
-            raise InvalidInput(f"Integer overflow detected for shared memory region '{name}'")
-        try:
-            fd = os.open(SHM_ROOT / key[1:], os.O_RDWR | os.O_NOFOLLOW)
-        except OSError:
-            raise InvalidInput(f"unable to open the shared memory object of region '{name}'") from None
+        fd = self._open(key)
         try:
             info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
-                raise InvalidInput(f"the shared memory object of region '{name}' is not a non-empty memory object")
-            if offset + byte_size > info.st_size:
-                raise InvalidInput(f"the range of shared memory region '{name}' ({offset} + {byte_size} bytes) "
-                                   f"is beyond the {info.st_size}-byte object")
+            if not stat.S_ISREG(info.st_mode):
+                raise InternalError(f"Invalid shared memory region: '{key}'")
+            if not name:  # Triton would register it, but a nameless region could only be named as "all of them"
+                raise InvalidInput("a shared memory region needs a name")
+            if offset + byte_size >= _UINT64:
+                raise InvalidInput(f"Integer overflow detected for shared memory region '{name}'")
+            if offset + byte_size > info.st_size or info.st_size == 0:
+                raise InvalidInput(f"failed to register shared memory region '{name}': invalid args")
         except BaseException:
             os.close(fd)
             raise
         self._regions[name] = Region(name, key, offset, byte_size, _Descriptor(fd))
 
+    @staticmethod
+    def _open(key: str) -> int:
+        """A descriptor of the POSIX shared memory object ``key`` (``shm_open``'s naming: one ``/name``).
+
+        Raises:
+            InternalError: "Unable to open shared memory region: '<key>'" -> INTERNAL.
+        """
+        if _KEY.fullmatch(key) and key not in ("/.", "/.."):
+            try:
+                return os.open(SHM_ROOT / key[1:], os.O_RDWR | os.O_NOFOLLOW)
+            except OSError:
+                pass
+        raise InternalError(f"Unable to open shared memory region: '{key}'")
+
     def unregister(self, name: str) -> None:
-        """Forget ``name`` (every region when empty); an unknown name is not an error (Triton)."""
-        if name:
-            self._regions.pop(name, None)
-        else:
-            self._regions.clear()
+        """Forget ``name`` (every region when empty); an unknown name is not an error (Triton).
+
+        Raises:
+            InternalError: the region is held by a request in flight: "Cannot unregister shared
+                memory region '<name>', it is currently in use."; for every region, the others are
+                unregistered and the held ones named: "Failed to unregister the following system
+                shared memory regions: <a> ,<b> ," -> INTERNAL (Triton's texts).
+        """
+        with self.lock:
+            if name:
+                region = self._regions.get(name)
+                if region is not None and region.users:
+                    raise InternalError(f"Cannot unregister shared memory region '{name}', it is currently in use.")
+                self._regions.pop(name, None)
+                return
+            held = sorted(n for n, region in self._regions.items() if region.users)
+            self._regions = {n: self._regions[n] for n in held}
+        if held:
+            raise InternalError("Failed to unregister the following system shared memory regions: "
+                                + "".join(f"{n} ," for n in held))
 
     def status(self, name: str) -> list[Region]:
         """The regions, or just ``name``.
@@ -144,9 +182,14 @@ class SharedMemoryRegistry:
         """
         if not name:
             return list(self._regions.values())
-        if name not in self._regions:
+        region = self._regions.get(name)
+        if region is None:
             raise NotFound(f"Unable to find system shared memory region: '{name}'")
-        return [self._regions[name]]
+        return [region]
+
+    def request(self) -> RequestRegions:
+        """A request's view of the regions: what it names is held until ``RequestRegions.release``."""
+        return RequestRegions(self)
 
     def slice(self, name: str, offset: int, byte_size: int) -> RegionRange:
         """``byte_size`` bytes at ``offset`` inside region ``name`` (read or written later, each
@@ -167,3 +210,37 @@ class SharedMemoryRegistry:
         if offset + byte_size > region.byte_size:
             raise InvalidInput(f"Invalid offset + byte size for shared memory region: '{name}'")
         return RegionRange(region, region.offset + offset, byte_size)
+
+
+class RequestRegions:
+    """The regions one request reads or writes: each range it takes holds its region (it cannot be
+    unregistered) until ``release``, which the request calls once its response is written or it
+    failed. Ranges may be taken on a decode thread; after ``release`` (a cancelled request whose
+    decoding goes on) none is taken any more."""
+
+    __slots__ = ("_held", "_registry")
+
+    def __init__(self, registry: SharedMemoryRegistry) -> None:
+        self._registry = registry
+        self._held: list[Region] | None = []
+
+    def slice(self, name: str, offset: int, byte_size: int) -> RegionRange:
+        """``SharedMemoryRegistry.slice``, holding the region for this request (same errors).
+
+        Raises:
+            Cancelled: the request was released (it ended while this ran on a thread) -> CANCELLED.
+        """
+        with self._registry.lock:
+            if self._held is None:
+                raise Cancelled("the request ended before its shared memory was read")
+            taken = self._registry.slice(name, offset, byte_size)
+            taken.region.users += 1
+            self._held.append(taken.region)
+            return taken
+
+    def release(self) -> None:
+        """Let go of every region this request holds; no range is taken afterwards."""
+        with self._registry.lock:
+            for region in self._held or ():
+                region.users -= 1
+            self._held = None
