@@ -142,6 +142,57 @@ def test_raw_binary_request(example_server) -> None:
     np.testing.assert_array_equal(np.frombuffer(body[length:], np.float32), data)
 
 
+def test_raw_binary_requests_as_triton_deduces_them(tmp_path) -> None:
+    """L0_http http_test.py: a raw binary body is the one input's data, its shape deduced from the config
+    (batch 1 when batching, the one variable dim from the body); a BYTES input of one element takes the
+    whole body; what cannot be deduced answers 400 with Triton's texts."""
+    repository = tmp_path / "repo"
+    add_model(repository, "zero_1_float32", identity_model(TensorProto.FLOAT, [None, None]),
+              'max_batch_size: 8\ninput [{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1] }]\n'
+              'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [-1] }]')
+    add_model(repository, "unbatched_float32", identity_model(TensorProto.FLOAT, [2, None]), "max_batch_size: 0")
+    add_model(repository, "zero_1_object_1_element", identity_model(TensorProto.STRING, [None, 1]),
+              "max_batch_size: 8")
+    add_model(repository, "zero_1_object", identity_model(TensorProto.STRING, [None, None]), "max_batch_size: 8")
+    add_model(repository, "zero_1_float16", identity_model(TensorProto.FLOAT16, [None, None, None]),
+              'max_batch_size: 8\ninput [{ name: "INPUT0" data_type: TYPE_FP16 dims: [-1, -1] }]')
+    nodes = [helper.make_node("Identity", [f"INPUT{i}"], [f"OUTPUT{i}"]) for i in range(3)]
+    add_model(repository, "zero_3_float32", make_model(
+        nodes, [(f"INPUT{i}", TensorProto.FLOAT, [None, None]) for i in range(3)],
+        [(f"OUTPUT{i}", TensorProto.FLOAT, [None, None]) for i in range(3)]), "max_batch_size: 8")
+    server = start_server(repository, tmp_path)
+    raw = {"Inference-Header-Content-Length": "0"}
+
+    def post(model: str, body: bytes) -> tuple[int, dict, bytes]:
+        status, headers, reply = http(server, "POST", f"/v2/models/{model}/infer", body, raw)
+        if status != 200:
+            return status, {}, json.loads(reply)
+        length = int(headers["inference-header-content-length"])
+        return status, json.loads(reply[:length])["outputs"][0], reply[length:]
+
+    try:
+        for count in (8, 32):
+            data = np.arange(count, dtype=np.float32).tobytes()
+            assert post("zero_1_float32", data) == (200, {"name": "OUTPUT0", "datatype": "FP32", "shape": [1, count],
+                                                          "parameters": {"binary_data_size": 4 * count}}, data)
+        data = np.arange(6, dtype=np.float32).tobytes()
+        status, output, body = post("unbatched_float32", data)
+        assert (status, output["shape"], body) == (200, [2, 3], data)
+        status, output, body = post("zero_1_object_1_element", b"427")
+        assert (status, output["shape"], body) == (200, [1, 1], (3).to_bytes(4, "little") + b"427")
+        prefix = "[request id: <id_unknown>] "
+        assert post("zero_1_object", b"427") == (400, {}, {
+            "error": f"{prefix}For BYTE datatype raw input 'INPUT0', the model must have input shape [1]"})
+        assert post("zero_1_float16", np.ones([2, 2], np.float16).tobytes()) == (400, {}, {
+            "error": f"{prefix}The shape of the raw input 'INPUT0' can not be deduced because there are more than "
+                     "one variable-sized dimension"})
+        assert post("zero_3_float32", np.arange(24, dtype=np.float32).tobytes()) == (400, {}, {
+            "error": f"{prefix}Raw request must only have 1 input (found 1) to be deduced but got 3 inputs in "
+                     "'zero_3_float32' model configuration"})
+    finally:
+        assert server.stop() == 0
+
+
 def test_protocol_document_example(tmp_path) -> None:
     """The V2 protocol's inference example, byte for byte where the document is consistent.
 

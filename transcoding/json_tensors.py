@@ -89,28 +89,6 @@ def parse_infer_request(body: bytes, header_length: int | None, model: str, vers
     return parsed
 
 
-def raw_binary_request(body: bytes, model: str, version: str, metadata: pb.ModelMetadataResponse) -> HttpInfer:
-    """``Inference-Header-Content-Length: 0``: the body is the bytes of the model's only input, batch 1.
-
-    Raises:
-        InvalidInput: the model does not have exactly one input.
-    """
-    if len(metadata.inputs) != 1:
-        raise InvalidInput(f"a raw binary request needs a model with one input; '{model}' has {len(metadata.inputs)}")
-    tensor = metadata.inputs[0]
-    dtype = _dtype(tensor.datatype)
-    shape = [1 if d == -1 else d for d in tensor.shape]
-    if dtype is BYTES:
-        shape = [1] * len(tensor.shape)
-    elif -1 in tensor.shape[1:] and dtype.itemsize:
-        variable = list(tensor.shape).index(-1, 1)
-        fixed = math.prod(d for i, d in enumerate(shape) if i != variable)
-        shape[variable] = len(body) // max(fixed * dtype.itemsize, 1)
-    request = pb.ModelInferRequest(model_name=model, model_version=version)
-    request.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=shape)
-    return HttpInfer(request, all_binary=True, raw=[body])
-
-
 def render_infer_response(response: pb.ModelInferResponse, parsed: HttpInfer, arrays: Sequence[np.ndarray]
                           ) -> tuple[list[Buffer], int | None]:
     """Render the response: JSON, plus binary blobs for the outputs asked for that way.

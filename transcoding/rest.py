@@ -40,9 +40,10 @@ from transcoding.http_metrics import HttpMetrics, HttpMetricsMiddleware
 from transcoding.http_routes import Handler, guarded
 from transcoding.http_status import error_response
 from transcoding.json_pb import message_to_json
-from transcoding.json_tensors import (HttpInfer, load_json, parse_detached, parse_infer_request, raw_binary_request,
-                                     render_detached, render_infer_response)
+from transcoding.json_tensors import (HttpInfer, load_json, parse_detached, parse_infer_request, render_detached,
+                                     render_infer_response)
 from transcoding.openai_embeddings import openai_routes
+from transcoding.raw_binary import raw_binary_request
 from transcoding.openapi import openapi_document
 from transcoding.sie import sie_routes
 from transcoding.status_page import status_page, status_socket
@@ -189,8 +190,8 @@ class V2Routes:
         body = await read_body(request, self.max_input_bytes)
         header_length = _header_length(header.decode("latin-1") if header is not None else None)
         if header_length == 0:
-            metadata = self.service.model_metadata(pb.ModelMetadataRequest(name=name, version=version))
-            return raw_binary_request(body, name, version, metadata)
+            config = self.service.model_config(pb.ModelConfigRequest(name=name, version=version)).config
+            return raw_binary_request(body, name, version, config)
         json_bytes = len(body) if header_length is None else header_length
         if is_heavy(json_bytes):  # the JSON parser holds the GIL throughout: a worker process
             return await in_process(parse_detached, body, header_length, name, version, self.max_input_bytes)
