@@ -123,7 +123,7 @@ class SequenceSettings:
         for control_input in sb.control_input:
             for control in control_input.control:
                 made = _control(control_input.name, control)
-                _check_graph(graph_in, made.name, made.dtype, (1,), batched, "control input")
+                _check_control(config.name, graph_in, made, batched)
                 if made.kind == CORRID:
                     corrid = made
                 else:
@@ -194,6 +194,25 @@ def _state(state: mc.ModelSequenceBatching.State, model_dir: Path, graph_in: dic
             except ServerError as err:
                 raise SequenceConfigError(str(err)) from None
     return ImplicitState(state.input_name, state.output_name, dtype, initial)
+
+
+def _check_control(model: str, graph: dict[str, OnnxTensor], control: Control, batched: bool) -> None:
+    """A control input is a model input of dims [1] (after the batch dim; a variable dim is accepted, which
+    Triton refuses) and the control's datatype (Triton's onnxruntime backend checks and texts,
+    ``ValidateBooleanSequenceControl``)."""
+    found = graph.get(control.name)
+    if found is None:
+        raise SequenceConfigError(f"configuration specified sequence control '{control.name}', but model does not "
+                                  "provide that input")
+    dims = list(found.shape[1:] if batched else found.shape)
+    if dims not in ([1], [-1]):
+        raise SequenceConfigError(f"unable to load model '{model}', sequence control '{control.name}' in model has "
+                                  f"dims [{','.join(map(str, dims))}] but dims [1] is expected")
+    if found.dtype is not control.dtype:
+        onnx_name = found.dtype.onnx.removeprefix("tensor(").removesuffix(")").upper()
+        raise SequenceConfigError(f"unable to load model '{model}', sequence control '{control.name}', the model "
+                                  f"expects data-type {onnx_name} but the model configuration specifies data-type "
+                                  f"{control.dtype.config}")
 
 
 def _check_graph(graph: dict[str, OnnxTensor], name: str, dtype: DType, dims: tuple[int, ...], batched: bool,

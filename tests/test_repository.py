@@ -157,22 +157,40 @@ def test_non_strict_readiness_and_bad_configs(tmp_path) -> None:
     add_model(repository, "bad_parameter", identity_model(TensorProto.FLOAT),
               'parameters { key: "intra_op_thread_count" value: { string_value: "many" } }')
     add_model(repository, "gpu_only", identity_model(TensorProto.FLOAT), "instance_group [{ kind: KIND_GPU }]")
+    scalar = ('max_batch_size: 0\ninput [{ name: "INPUT0" data_type: TYPE_FP32 dims: [DIMS] }]\n'
+              'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [DIMS] }]')
+    add_model(repository, "scalar_1dim", identity_model(TensorProto.FLOAT, []), scalar.replace("DIMS", "1"))
+    add_model(repository, "scalar_2dim", identity_model(TensorProto.FLOAT, []), scalar.replace("DIMS", "2"))
     server = start_server(repository, tmp_path, "--strict-readiness", "false")
     try:
         with grpcclient.InferenceServerClient(server.url) as client:
             assert client.is_server_ready()
             index = {m.name: m for m in client.get_model_repository_index().models}
             assert "failed to parse model configuration" in index["bad_text"].reason
-            assert "TYPE_INT32 in the configuration but TYPE_FP32 in the model" in index["wrong_type"].reason
+            reasons = {name: index[name].reason.split("version 1: ", 1)[-1]
+                       for name in ("wrong_type", "no_batch_dim", "scalar_2dim")}
+            assert reasons == {  # Triton's onnxruntime backend texts (L0_scalar_io: a scalar with dims [2])
+                "wrong_type": "unable to load model 'wrong_type', configuration expects datatype TYPE_INT32 for input "
+                              "'INPUT0', model provides TYPE_FP32",
+                "no_batch_dim": "model 'no_batch_dim', tensor 'INPUT0': for the model to support batching the shape "
+                                "should have at least 1 dimension and the first dimension must be -1; but shape "
+                                "expected by the model is [2,3]",
+                "scalar_2dim": "unable to load model 'scalar_2dim', scalar tensor 'INPUT0', should only provide 1 in the "
+                               "model configuration when the model doesn't support batching. Model configuration "
+                               "provided: [2]."}
+            assert index["scalar_1dim"].state == "READY"
             assert "unsupported platform" in index["wrong_backend"].reason
-            assert "max_batch_size must be 0" in index["no_batch_dim"].reason
             assert index["tuned"].state == "READY"
             assert "invalid literal" in index["bad_parameter"].reason
             assert "asks for GPUs" in index["gpu_only"].reason or index["gpu_only"].state == "READY"  # READY on GPU hosts
-            assert {m.state for n, m in index.items() if n not in ("good", "tuned", "gpu_only")} == {"UNAVAILABLE"}
+            assert {m.state for n, m in index.items()
+                    if n not in ("good", "tuned", "gpu_only", "scalar_1dim")} == {"UNAVAILABLE"}
             data = np.ones((1, 3), np.float32)
             tensor = grpcclient.InferInput("INPUT0", [1, 3], "FP32")
             tensor.set_data_from_numpy(data)
             np.testing.assert_array_equal(client.infer("tuned", [tensor]).as_numpy("OUTPUT0"), data)
+            scalar_in = grpcclient.InferInput("INPUT0", [1], "FP32")  # L0_scalar_io: dims [1] for the model's []
+            scalar_in.set_data_from_numpy(np.array([2.5], np.float32))
+            assert client.infer("scalar_1dim", [scalar_in]).as_numpy("OUTPUT0").tolist() == [2.5]
     finally:
         assert server.stop() == 0

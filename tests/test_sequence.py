@@ -427,7 +427,8 @@ def test_bad_sequence_configuration_fails_the_load_with_a_reason(sequence_server
         rows = {m.name: m for m in client.get_model_repository_index().models}
         assert not client.is_model_ready("broken")
     assert rows["broken"].state == rows["acc_bad_file"].state == "UNAVAILABLE"
-    assert "sequence batching control input 'START' is not a tensor of the model" in rows["broken"].reason
+    assert rows["broken"].reason.endswith("configuration specified sequence control 'START', but model does not "
+                                          "provide that input")
     assert "input byte size mismatch for initial state file 'hundred'" in rows["acc_bad_file"].reason
 
 

@@ -140,24 +140,28 @@ def complete_tensors(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outpu
 
 
 def validate(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequence[OnnxTensor]) -> None:
-    """Check a completed configuration against the ONNX graph.
+    """Check a completed configuration against the model's interface, with the checks and texts of Triton's
+    onnxruntime backend (``ValidateInputs`` / ``ValidateOutputs`` and ``CompareDimsSupported``).
 
     Raises:
-        ConfigError: unknown tensor names, datatype or rank mismatches, batching on a graph
-            without a dynamic first dim, a required graph input missing, or an unsupported scheduler.
+        ConfigError: a number of required inputs (sequence controls and state included) other than the
+            model's; an unknown tensor; a datatype, rank or fixed dim that differs; batching on a model
+            without a variable first dim; a scalar tensor with dims other than 1; a tensor declared
+            twice; an unsupported scheduler.
     """
-    batching = config.max_batch_size > 0
-    _validate_tensors("input", config.input, inputs, batching)
-    _validate_tensors("output", config.output, outputs, batching)
     declared = {i.name: i for i in config.input}
-    served_inputs, _ = reserved_names(config)
-    missing = [t.name for t in inputs if t.name not in declared and t.name not in served_inputs and not t.overridable]
-    if missing:
-        raise ConfigError(f"model inputs {missing} are not in the configuration")
     required = [t.name for t in inputs if t.overridable and t.name in declared and not declared[t.name].optional]
     if required:  # Triton's onnxruntime backend counts them out of the required inputs
         raise ConfigError(f"inputs {required} have an initializer in the model: the configuration must mark "
                           "them 'optional: true'")
+    served_inputs, _ = reserved_names(config)
+    expected = sum(not t.optional for t in config.input) + len(served_inputs)
+    provided = sum(not t.optional for t in inputs)
+    if expected != provided:
+        raise ConfigError(f"unable to load model '{config.name}', configuration expects {expected} inputs, "
+                          f"model provides {provided}")
+    _validate_tensors(config, "input", config.input, inputs)
+    _validate_tensors(config, "output", config.output, outputs)
     if config.HasField("ensemble_scheduling"):
         raise ConfigError("ensembles are not supported")
     too_large = [s for s in config.dynamic_batching.preferred_batch_size if s < 1 or s > config.max_batch_size]
@@ -197,7 +201,10 @@ def _data_type(found: OnnxTensor) -> mc.DataType:
     return cast("mc.DataType", mc.DataType.Value(found.dtype.config))
 
 
-def _validate_tensors(kind: str, declared: Sequence[mc.ModelInput] | Sequence[mc.ModelOutput], graph: Sequence[OnnxTensor], batching: bool) -> None:
+def _validate_tensors(config: mc.ModelConfig, kind: str, declared: Sequence[mc.ModelInput] | Sequence[mc.ModelOutput],
+                      graph: Sequence[OnnxTensor]) -> None:
+    """Each declared tensor against the model's (Triton's onnxruntime backend texts)."""
+    model = config.name
     by_name = {t.name: t for t in graph}
     seen: set[str] = set()
     for tensor in declared:
@@ -206,24 +213,49 @@ def _validate_tensors(kind: str, declared: Sequence[mc.ModelInput] | Sequence[mc
         seen.add(tensor.name)
         found = by_name.get(tensor.name)
         if found is None:
-            raise ConfigError(f"unexpected {kind} '{tensor.name}': the model has {sorted(by_name)}")
+            raise ConfigError(f"unexpected inference {kind} '{tensor.name}', allowed {kind}s are: "
+                              f"{', '.join(sorted(by_name))}")
         expected = mc.DataType.Name(tensor.data_type)
         if expected != found.dtype.config:
-            raise ConfigError(f"{kind} '{tensor.name}' is {expected} in the configuration but {found.dtype.config} in the model")
+            raise ConfigError(f"unable to load model '{model}', configuration expects datatype {expected} for {kind} "
+                              f"'{tensor.name}', model provides TYPE_{found.dtype.v2}")
         if any(d < -1 for d in tensor.dims):
             raise ConfigError(f"{kind} '{tensor.name}' has an invalid dim in {list(tensor.dims)}")
-        shape = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
-        model_shape = list(found.shape)
-        if batching:
-            if not model_shape or model_shape[0] != -1:
-                raise ConfigError(
-                    f"{kind} '{tensor.name}' has no dynamic first dim in the model, so max_batch_size must be 0"
-                )
-            model_shape = model_shape[1:]
-        if found.shape and (len(shape) != len(model_shape) or any(
-            m != -1 and s != -1 and m != s for m, s in zip(model_shape, shape, strict=True)
-        )):
-            raise ConfigError(
-                f"{kind} '{tensor.name}' has dims {shape}{' (after the batch dim)' if batching else ''} "
-                f"in the configuration but {model_shape} in the model"
-            )
+        dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
+        if found.shape:
+            _compare_dims(model, tensor.name, list(found.shape), dims, config.max_batch_size)
+        elif any(d != 1 for d in dims):  # a scalar in the model (ONNX Runtime shows an unknown rank so too)
+            raise ConfigError(f"unable to load model '{model}', scalar tensor '{tensor.name}', should only provide 1 in "
+                              "the model configuration when the model doesn't support batching. Model configuration "
+                              f"provided: {_dims_text(dims)}.")
+
+
+def _compare_dims(model: str, name: str, model_shape: list[int], dims: list[int], max_batch_size: int) -> None:
+    """Triton's ``CompareDimsSupported`` and texts: with batching the model's first dim must be -1 and the
+    rest the config's dims. A -1 on either side matches any dim: Triton's backend also refuses a
+    configured -1 for a fixed model dim, and for outputs a fixed configured dim for a -1 model dim."""
+    if max_batch_size > 0:
+        if model_shape[0] != -1:
+            raise ConfigError(f"model '{model}', tensor '{name}': for the model to support batching the shape should "
+                              "have at least 1 dimension and the first dimension must be -1; but shape expected by the "
+                              f"model is {_dims_text(model_shape)}")
+        full = [-1, *dims]
+        if not _dims_match(model_shape, full):
+            raise ConfigError(f"model '{model}', tensor '{name}': the model expects {len(model_shape)} dimensions "
+                              f"(shape {_dims_text(model_shape)}) but the model configuration specifies {len(full)} "
+                              "dimensions (an initial batch dimension because max_batch_size > 0 followed by the "
+                              f"explicit tensor shape, making complete shape {_dims_text(full)})")
+    elif not _dims_match(model_shape, dims):
+        raise ConfigError(f"model '{model}', tensor '{name}': the model expects {len(model_shape)} dimensions (shape "
+                          f"{_dims_text(model_shape)}) but the model configuration specifies {len(dims)} dimensions "
+                          f"(shape {_dims_text(dims)})")
+
+
+def _dims_match(model_shape: list[int], dims: list[int]) -> bool:
+    return len(model_shape) == len(dims) and all(m == d for m, d in zip(model_shape, dims, strict=True)
+                                                 if m != -1 and d != -1)
+
+
+def _dims_text(dims: Sequence[int]) -> str:
+    """Triton's ``ShapeToString``: ``[-1,16]``."""
+    return "[" + ",".join(map(str, dims)) + "]"

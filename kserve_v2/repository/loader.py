@@ -71,9 +71,10 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None 
             executable = found.open(model_dir, version, config)
             if not completed:
                 cfg.complete_tensors(config, executable.inputs, executable.outputs, executable.batchable)
-            cfg.validate(config, executable.inputs, executable.outputs)
+            # sequence controls are checked before the other tensors, as Triton's onnxruntime backend does
             sequence = (SequenceSettings.from_config(config, model_dir, executable.inputs, executable.outputs)
                         if config.HasField("sequence_batching") else None)
+            cfg.validate(config, executable.inputs, executable.outputs)
             completed = True
             result.loaded[version] = ModelVersion(name, version, config, executable, sequence, result.labels)
         except Exception as err:  # noqa: BLE001 - any load failure is reported as the version's reason

@@ -12,6 +12,7 @@ from kserve_v2.datatypes import BY_V2
 from kserve_v2.repository import config as cfg
 from kserve_v2.repository.config import ConfigError
 from kserve_v2.runtime.onnx import OnnxTensor
+from kserve_v2.sequence_config import SequenceConfigError, SequenceSettings
 
 FP32, INT64 = BY_V2["FP32"], BY_V2["INT64"]
 DYNAMIC_IN = [OnnxTensor("INPUT0", FP32, (-1, 16))]
@@ -99,28 +100,113 @@ def test_auto_complete_fills_declared_tensors_only_where_empty() -> None:
     cfg.complete_tensors(config, DYNAMIC_IN, DYNAMIC_OUT)
     assert list(config.input[0].dims) == [-1] and config.input[0].data_type == mc.TYPE_FP32
     assert list(config.output[0].dims) == [16]
-    with pytest.raises(ConfigError, match=r"has dims \[8\] \(after the batch dim\).*but \[16\]"):
+    with pytest.raises(ConfigError) as err:
         cfg.validate(parse('name: "m" max_batch_size: 8 input { name: "INPUT0" data_type: TYPE_FP32 dims: [8] }'),
                      DYNAMIC_IN, DYNAMIC_OUT)
+    assert str(err.value) == ("model 'm', tensor 'INPUT0': the model expects 2 dimensions (shape [-1,16]) but the model "
+                              "configuration specifies 2 dimensions (an initial batch dimension because max_batch_size "
+                              "> 0 followed by the explicit tensor shape, making complete shape [-1,8])")
+
+
+TWO_IN = [OnnxTensor("INPUT0", BY_V2["INT32"], (-1, 16)), OnnxTensor("INPUT1", BY_V2["INT32"], (-1, 16))]
+TWO_OUT = [OnnxTensor("OUTPUT0", BY_V2["INT8"], (-1, 16)), OnnxTensor("OUTPUT1", BY_V2["INT8"], (-1, 16))]
+IN16 = 'input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [16] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [16] }]'
+OUT16 = ('output [{ name: "OUTPUT0" data_type: TYPE_INT8 dims: [16] }, '
+         '{ name: "OUTPUT1" data_type: TYPE_INT8 dims: [16] }]')
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ('input { name: "INPUT0" data_type: TYPE_INT32 dims: [-1, 16] }', "TYPE_INT32 in the configuration but TYPE_FP32"),
-    ('input { name: "NOPE" data_type: TYPE_FP32 dims: [-1, 16] }', "unexpected input 'NOPE'"),
-    ('output { name: "OUTPUT0" data_type: TYPE_FP32 dims: [-1, 16] }', r"model inputs \['INPUT0'\] are not in"),
-    ('max_batch_size: 4 dynamic_batching { preferred_batch_size: [8] } input { name: "INPUT0" data_type: TYPE_FP32 dims: [16] }',
-     "preferred size must be <= max batch size"),
+    # Triton's qa/L0_model_config autofill_noplatform/onnx cases, with their expected texts
+    ('max_batch_size: 1 input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [16, 1] }, '
+     f'{{ name: "INPUT1" data_type: TYPE_INT32 dims: [16] }}] {OUT16}',
+     "model 'm', tensor 'INPUT0': the model expects 2 dimensions (shape [-1,16]) but the model configuration specifies "
+     "3 dimensions (an initial batch dimension because max_batch_size > 0 followed by the explicit tensor shape, making "
+     "complete shape [-1,16,1])"),
+    (f'max_batch_size: 1 {IN16} output [{{ name: "OUTPUT0" data_type: TYPE_INT8 dims: [16] }}, '
+     '{ name: "OUTPUT1" data_type: TYPE_INT8 dims: [1] }]',
+     "model 'm', tensor 'OUTPUT1': the model expects 2 dimensions (shape [-1,16]) but the model configuration specifies "
+     "2 dimensions (an initial batch dimension because max_batch_size > 0 followed by the explicit tensor shape, making "
+     "complete shape [-1,1])"),
+    (f'max_batch_size: 1 input [{{ name: "INPUT1" data_type: TYPE_INT32 dims: [16] }}] {OUT16}',
+     "unable to load model 'm', configuration expects 1 inputs, model provides 2"),
+    (f'max_batch_size: 1 {IN16[:-1]}, {{ name: "INPUT_EXTRA" data_type: TYPE_INT32 dims: [16] }}] {OUT16}',
+     "unable to load model 'm', configuration expects 3 inputs, model provides 2"),
+    ('max_batch_size: 1 input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [16] }, '
+     f'{{ name: "INPUT_UNKNOWN" data_type: TYPE_INT32 dims: [16] }}] {OUT16}',
+     "unexpected inference input 'INPUT_UNKNOWN', allowed inputs are: INPUT0, INPUT1"),
+    (f'max_batch_size: 1 {IN16} output [{{ name: "OUTPUT_UNKNOWN" data_type: TYPE_INT8 dims: [16] }}]',
+     "unexpected inference output 'OUTPUT_UNKNOWN', allowed outputs are: OUTPUT0, OUTPUT1"),
+    # the other checks of Triton's onnxruntime backend
+    (f'max_batch_size: 1 {IN16.replace("TYPE_INT32", "TYPE_FP32", 1)} {OUT16}',
+     "unable to load model 'm', configuration expects datatype TYPE_FP32 for input 'INPUT0', model provides TYPE_INT32"),
+    (f'max_batch_size: 1 {IN16} {OUT16.replace("TYPE_INT8", "TYPE_STRING", 1)}',
+     "unable to load model 'm', configuration expects datatype TYPE_STRING for output 'OUTPUT0', model provides "
+     "TYPE_INT8"),
+    (f'max_batch_size: 0 {IN16} {OUT16}',
+     "model 'm', tensor 'INPUT0': the model expects 2 dimensions (shape [-1,16]) but the model configuration specifies "
+     "1 dimensions (shape [16])"),
+    (f'max_batch_size: 4 dynamic_batching {{ preferred_batch_size: [8] }} {IN16} {OUT16}',
+     "dynamic batching preferred size must be <= max batch size for m: [8]"),
 ])
-def test_validate_refuses(text: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
-        cfg.validate(parse('name: "m" ' + text), DYNAMIC_IN, DYNAMIC_OUT)
+def test_validate_refuses_with_tritons_texts(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        cfg.validate(parse('name: "m" ' + text), TWO_IN, TWO_OUT)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize(("model_dims", "config_dims"), [((-1, -1), "[16]"), ((-1, 16), "[-1]")])
+def test_a_variable_dim_on_either_side_matches(model_dims: tuple[int, ...], config_dims: str) -> None:
+    """Triton's ``compare_exact = false`` lets the model's -1 take any configured dim; this server also lets a
+    configured -1 take a fixed model dim (Triton refuses that, and for outputs a fixed dim for a model's -1)."""
+    tensors = [OnnxTensor("INPUT0", FP32, model_dims)], [OnnxTensor("OUTPUT0", FP32, model_dims)]
+    cfg.validate(parse(f'name: "m" max_batch_size: 2 input {{ name: "INPUT0" data_type: TYPE_FP32 dims: {config_dims} }} '
+                       f'output {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: {config_dims} }}'), *tensors)
 
 
 def test_batching_needs_a_dynamic_first_dim() -> None:
     fixed = [OnnxTensor("INPUT0", FP32, (2, 16))]
-    with pytest.raises(ConfigError, match="no dynamic first dim"):
+    with pytest.raises(ConfigError) as err:
         cfg.validate(parse('name: "m" max_batch_size: 4 input { name: "INPUT0" data_type: TYPE_FP32 dims: [16] }'),
                      fixed, [])
+    assert str(err.value) == ("model 'm', tensor 'INPUT0': for the model to support batching the shape should have at "
+                              "least 1 dimension and the first dimension must be -1; but shape expected by the model is "
+                              "[2,16]")
+
+
+@pytest.mark.parametrize(("dims", "loads"), [("[1]", True), ("[]", True), ("[1, 1]", True), ("[2]", False)])
+def test_a_scalar_tensor_takes_only_dims_of_1(dims: str, loads: bool) -> None:
+    """Triton's qa/L0_scalar_io: a rank-0 ONNX tensor whose config gives dims [2] fails to load."""
+    scalar_in, scalar_out = [OnnxTensor("INPUT", FP32, ())], [OnnxTensor("OUTPUT", FP32, ())]
+    config = parse(f'name: "m" input {{ name: "INPUT" data_type: TYPE_FP32 dims: {dims} }} '
+                   f'output {{ name: "OUTPUT" data_type: TYPE_FP32 dims: {dims} }}')
+    if loads:
+        cfg.validate(config, scalar_in, scalar_out)
+        return
+    with pytest.raises(ConfigError) as err:
+        cfg.validate(config, scalar_in, scalar_out)
+    assert str(err.value) == ("unable to load model 'm', scalar tensor 'INPUT', should only provide 1 in the model "
+                              "configuration when the model doesn't support batching. Model configuration provided: "
+                              "[2].")
+
+
+@pytest.mark.parametrize(("start", "message"), [
+    (None, "configuration specified sequence control 'START', but model does not provide that input"),
+    (OnnxTensor("START", BY_V2["INT32"], (-1, 2)),
+     "unable to load model 'm', sequence control 'START' in model has dims [2] but dims [1] is expected"),
+    (OnnxTensor("START", BY_V2["INT32"], ()),
+     "unable to load model 'm', sequence control 'START' in model has dims [] but dims [1] is expected"),
+    (OnnxTensor("START", FP32, (-1, 1)),
+     "unable to load model 'm', sequence control 'START', the model expects data-type FLOAT but the model "
+     "configuration specifies data-type TYPE_INT32"),
+])
+def test_sequence_controls_are_checked_with_tritons_texts(tmp_path: Path, start: OnnxTensor | None,
+                                                          message: str) -> None:
+    config = parse('name: "m" max_batch_size: 2 sequence_batching { control_input [{ name: "START" '
+                   'control [{ kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1] }] }] }')
+    inputs = DYNAMIC_IN + ([start] if start is not None else [])
+    with pytest.raises(SequenceConfigError) as err:
+        SequenceSettings.from_config(config, tmp_path, inputs, DYNAMIC_OUT)
+    assert str(err.value) == message
 
 
 def test_instances_default_to_two_on_cpu_and_one_per_gpu() -> None:
