@@ -389,7 +389,8 @@ class InferenceService:
             Unavailable: control mode is not explicit (Triton's answer) -> UNAVAILABLE.
             InvalidInput: unsafe name or file path, unknown parameter, or a failed load (Triton's
                 "load failed for model '<m>': version <v> is at UNAVAILABLE state: <reason>;") -> INVALID_ARGUMENT.
-            InternalError: unknown model ("failed to load '<m>', failed to poll from model repository") -> INTERNAL.
+            InternalError: unknown model, or ``file:`` overrides that cannot be written ("failed to load
+                '<m>', failed to poll from model repository") -> INTERNAL.
         """
         self._require_explicit()
         await self._manager.load_requested(_model_name(request), request.parameters)
@@ -415,10 +416,8 @@ class InferenceService:
         return pb.RepositoryModelUnloadResponse()
 
     def _require_explicit(self) -> None:
-        if self._control_mode != "explicit":
-            raise Unavailable(
-                f"explicit model load / unload is not allowed if model control mode is '{self._control_mode}'"
-            )
+        if self._control_mode != "explicit":  # Triton's text in modes none and poll alike
+            raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
 
     # ---- system shared memory (Triton's extension) -------------------------------------------
 

@@ -14,6 +14,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
@@ -114,23 +115,27 @@ def test_config_override_and_failed_reload_keeps_serving(explicit) -> None:
 
 
 def test_file_override_serves_a_new_onnx_model(explicit) -> None:
-    _, client = explicit
+    server, client = explicit
     client.load_model("scale")
     client.load_model("scale", config="{}", files={"file:1/model.onnx": scale_model(5.0).SerializeToString()})
     assert infer(client, "scale")[0, 0] == 5.0
     client.load_model("brand_new", config="{}", files={"file:3/model.onnx": scale_model(7.0).SerializeToString()})
     assert list(client.get_model_metadata("brand_new").versions) == ["3"]
     assert infer(client, "brand_new")[0, 0] == 7.0
-    with pytest.raises(InferenceServerException) as err:
+    with pytest.raises(InferenceServerException) as err:  # Triton's L0_lifecycle test_file_override
         client.load_model("scale", files={"file:1/model.onnx": b"x"})
-    assert "need a 'config'" in err.value.message()
+    assert (err.value.status(), err.value.message()) == ("StatusCode.INTERNAL", POLL_FAILED.format("scale"))
+    with httpclient.InferenceServerClient(server.http_url) as rest, pytest.raises(InferenceServerException) as err:
+        rest.load_model("scale", files={"file:1/model.onnx": b"x"})
+    assert (err.value.status(), err.value.message()) == ("500", POLL_FAILED.format("scale"))
 
 
 TRAVERSAL_NAMES = ["../etc", "a/../b", "../../etc/passwd", "../../../../etc", "model/..", "..", "/etc/passwd",
                    "model/subdir", "model/", " ..", ".. ", "", "   ", "a\\b", "x" * 256]
 HARMLESS_NAMES = ["...", "..my_model", "model..1", "model.version1"]
 BAD_PATHS = ["../escaped", "/tmp/escaped_abs", "1/../../escaped", "1/./model.onnx", "", "1\\model.onnx",
-             "1//model.onnx", "1/" + "A" * 256, "/".join(["d"] * 20) + "/f"]
+             "1//model.onnx", "/".join(["d"] * 20) + "/f"]
+POLL_FAILED = "failed to load '{}', failed to poll from model repository"
 
 
 def test_traversal_names_and_paths_are_rejected_and_nothing_is_written(explicit, tmp_path: Path) -> None:
@@ -149,10 +154,15 @@ def test_traversal_names_and_paths_are_rejected_and_nothing_is_written(explicit,
         with pytest.raises(InferenceServerException) as err:
             client.load_model("scale", config="{}", files={"file:" + path: b"payload",
                                                            "file:1/model.onnx": scale_model(9.0).SerializeToString()})
-        assert err.value.status() == "StatusCode.INVALID_ARGUMENT", path
-    with pytest.raises(InferenceServerException) as err:  # a file where a folder must go
-        client.load_model("scale", config="{}", files={"file:1": b"x", "file:1/model.onnx": b"y"})
-    assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert (err.value.status(), err.value.message()) == ("StatusCode.INVALID_ARGUMENT", POLL_FAILED.format("scale"))
+    # files that cannot be written: a file where a folder must go, and simple_grpc_model_control.py's 256-byte name
+    for files in ({"file:1": b"x", "file:1/model.onnx": b"y"}, {"file:1/" + "A" * 256: b"x"}):
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model("scale", config="{}", files=files)
+        assert (err.value.status(), err.value.message()) == ("StatusCode.INTERNAL", POLL_FAILED.format("scale"))
+    log = server.log()  # the detail goes to the server log only, as Triton logs it
+    assert "Poll failed for model directory 'scale': file: path has a component longer than 255 bytes" in log
+    assert "cannot be written: " in log
     assert not (tmp / "escaped_abs").exists() and not (tmp / "escaped").exists()
     assert not any(p.name == "escaped" for p in tmp_path.rglob("escaped"))
     after = {p.name for p in tmp.iterdir() if p.name.startswith("kserve_v2_override_")}
@@ -224,7 +234,8 @@ def test_poll_mode_follows_the_repository(repository: Path, tmp_path: Path) -> N
 
             with pytest.raises(InferenceServerException) as err:
                 client.load_model("scale")
-            assert err.value.status() == "StatusCode.UNAVAILABLE"
+            assert (err.value.status(), err.value.message()) == (
+                "StatusCode.UNAVAILABLE", "explicit model load / unload is not allowed if polling is enabled")
             add_model(repository, "added", scale_model(4.0))
             assert within_two_intervals(lambda: client.is_model_ready("added"))
             add_model(repository, "scale", scale_model(6.0), versions=(2,))

@@ -6,6 +6,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -108,10 +109,14 @@ def test_index_and_control_mode_none(repo_server) -> None:
             ready = stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True)).models
         assert ready and all(m.state == "READY" for m in ready)
         assert "empty_folder" not in {m.name for m in ready}
-        for call in (lambda: client.load_model("latest_default"), lambda: client.unload_model("latest_default")):
-            with pytest.raises(InferenceServerException) as err:
-                call()
-            assert err.value.status() == "StatusCode.UNAVAILABLE" and "control mode" in err.value.message()
+        with httpclient.InferenceServerClient(repo_server.http_url) as rest:
+            for call, status in ((client.load_model, "StatusCode.UNAVAILABLE"), (client.unload_model, "StatusCode.UNAVAILABLE"),
+                                 (rest.load_model, "503"), (rest.unload_model, "503")):
+                with pytest.raises(InferenceServerException) as err:
+                    call("latest_default")
+                # Triton's text in every mode that is not explicit (L0_grpc / L0_http python_*_aio_test)
+                assert (err.value.status(), err.value.message()) == (
+                    status, "explicit model load / unload is not allowed if polling is enabled")
         assert not client.is_server_ready()  # empty_folder failed at startup: strict readiness says not ready
 
 

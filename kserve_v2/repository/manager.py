@@ -32,7 +32,8 @@ from kserve_v2.model import ModelVersion
 from kserve_v2.repository import layout
 from kserve_v2.repository.config import CONFIG_FILE, ConfigError, read_config
 from kserve_v2.repository.loader import LoadResult, load_model
-from kserve_v2.repository.overrides import LoadOverrides, parse_load_parameters, write_private_folder
+from kserve_v2.repository.overrides import (LoadOverrides, OverrideError, parse_load_parameters, poll_failure,
+                                            write_private_folder)
 from kserve_v2.spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -128,10 +129,16 @@ class ModelManager:
         """RepositoryModelLoad: ``load`` with the request's ``config`` / ``file:`` parameters.
 
         Raises:
-            InvalidInput: a bad parameter (``overrides.parse_load_parameters``) -> INVALID_ARGUMENT.
+            InvalidInput: an unknown parameter (Triton's "Unrecognized load parameter ...") -> INVALID_ARGUMENT.
+            InvalidInput / InternalError: ``file:`` overrides that cannot form the model folder, with
+                Triton's text (see ``overrides.poll_failure``).
             InvalidInput / InternalError: as ``load``.
         """
-        await self.load(name, parse_load_parameters(parameters))
+        try:
+            overrides = parse_load_parameters(parameters)
+        except OverrideError as err:
+            raise poll_failure(name, err) from None
+        await self.load(name, overrides)
 
     async def load(self, name: str, overrides: LoadOverrides | None = None, _chain: tuple[str, ...] = ()) -> None:
         """Load ``name``, or reload it when loaded.
@@ -231,7 +238,10 @@ class ModelManager:
 
     def _folder(self, name: str, overrides: LoadOverrides) -> Path:
         if overrides.files:
-            return write_private_folder(overrides.files)
+            try:
+                return write_private_folder(overrides.files)
+            except OverrideError as err:
+                raise poll_failure(name, err) from None
         dirs = layout.model_dirs(self._repositories).get(name)
         if not dirs:
             raise InternalError(f"failed to load '{name}', failed to poll from model repository")
@@ -548,3 +558,4 @@ def _trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass  # not glibc
+

@@ -5,10 +5,14 @@ that replaces config.pbtxt for this load; ``file:<version>/<path>`` parameters (
 whole override model folder and require ``config``; any other key is rejected. Override files
 are written only into a fresh private directory per load. Every path is checked first
 (no ``..``, absolute path, backslash, NUL or over-long component): nothing is written for a request with one bad path.
+
+A ``file:`` override that cannot form a model folder is what Triton reports as a failed poll of the
+model: the client gets Triton's text, the server log the detail (``OverrideError``).
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -16,12 +20,27 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from kserve_v2._proto import grpc_service_pb2 as pb
-from kserve_v2.errors import InvalidInput
+from kserve_v2.errors import InternalError, InvalidInput, ServerError
 
 FILE_PREFIX = "file:"
 MAX_COMPONENT_BYTES = 255
 MAX_DEPTH = 16
 MAX_FILES = 64
+
+log = logging.getLogger(__name__)
+
+
+class OverrideError(Exception):
+    """``file:`` overrides that cannot form the model folder; ``str()`` is the detail for the server log.
+
+    Attributes:
+        unsafe: a path that would leave the folder (or nest deeper than ``MAX_DEPTH``), refused
+            as the request's fault; otherwise the folder could not be written or has no ``config``.
+    """
+
+    def __init__(self, detail: str, unsafe: bool) -> None:
+        super().__init__(detail)
+        self.unsafe = unsafe
 
 
 @dataclass(frozen=True)
@@ -41,8 +60,9 @@ def parse_load_parameters(parameters: Mapping[str, pb.ModelRepositoryParameter])
     """Read RepositoryModelLoad parameters (``ModelRepositoryParameter`` messages).
 
     Raises:
-        InvalidInput: an unknown key or a wrong type (Triton: "Unrecognized load parameter"),
-            ``file:`` without ``config``, or an unsafe file path -> INVALID_ARGUMENT.
+        InvalidInput: an unknown key or a wrong type (Triton: "Unrecognized load parameter"), or
+            more than ``MAX_FILES`` files -> INVALID_ARGUMENT.
+        OverrideError: ``file:`` without ``config``, or a path ``check_relative_path`` refuses.
     """
     config_json: str | None = None
     files: dict[str, bytes] = {}
@@ -55,7 +75,7 @@ def parse_load_parameters(parameters: Mapping[str, pb.ModelRepositoryParameter])
         else:
             raise InvalidInput(f"Unrecognized load parameter '{key}' with type '{kind.removesuffix('_param')}'")
     if files and config_json is None:
-        raise InvalidInput("file: load parameters need a 'config' parameter too")
+        raise OverrideError("Load parameter 'config' must be specified for model file override", unsafe=False)
     if len(files) > MAX_FILES:
         raise InvalidInput(f"at most {MAX_FILES} file: load parameters are accepted")
     return LoadOverrides(config_json, files)
@@ -68,18 +88,18 @@ def check_relative_path(path: str) -> str:
     bytes and paths deeper than 16 components.
 
     Raises:
-        InvalidInput: the path is unsafe -> INVALID_ARGUMENT.
+        OverrideError: an unsafe path (``unsafe``); a component no file system holds (not ``unsafe``).
     """
     parts = path.split("/")
     if not path or path.startswith("/") or "\\" in path or "\0" in path:
-        raise InvalidInput(f"file: path '{path[:300]}' must be a non-empty relative path")
+        raise OverrideError(f"file: path '{path[:300]}' must be a non-empty relative path", unsafe=True)
     if len(parts) > MAX_DEPTH:
-        raise InvalidInput(f"file: path '{path[:300]}' is deeper than {MAX_DEPTH} components")
+        raise OverrideError(f"file: path '{path[:300]}' is deeper than {MAX_DEPTH} components", unsafe=True)
     for part in parts:
         if part.strip() in ("", ".", ".."):
-            raise InvalidInput(f"file: path '{path[:300]}' has an empty, '.' or '..' component")
+            raise OverrideError(f"file: path '{path[:300]}' has an empty, '.' or '..' component", unsafe=True)
         if len(part.encode("utf-8")) > MAX_COMPONENT_BYTES:
-            raise InvalidInput(f"file: path has a component longer than {MAX_COMPONENT_BYTES} bytes")
+            raise OverrideError(f"file: path has a component longer than {MAX_COMPONENT_BYTES} bytes", unsafe=False)
     return str(PurePosixPath(*parts))
 
 
@@ -90,21 +110,31 @@ def write_private_folder(files: Mapping[str, bytes]) -> Path:
     write; every target is still checked to resolve inside it.
 
     Raises:
-        InvalidInput: a path that leaves the folder or cannot be written -> INVALID_ARGUMENT;
-            nothing is left behind.
+        OverrideError: a path that leaves the folder (``unsafe``) or cannot be written; nothing
+            is left behind.
     """
     root = Path(tempfile.mkdtemp(prefix="kserve_v2_override_")).resolve()
     try:
         for relative, content in files.items():
             target = (root / relative).resolve()
             if not target.is_relative_to(root) or target == root:
-                raise InvalidInput(f"file: path '{relative}' leaves the model folder")
+                raise OverrideError(f"file: path '{relative}' leaves the model folder", unsafe=True)
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(content)
             except OSError as err:  # e.g. "a" and "a/b": a file where a folder must go
-                raise InvalidInput(f"file: path '{relative}' cannot be written: {err.strerror}") from None
+                raise OverrideError(f"file: path '{relative}' cannot be written: {err.strerror}", unsafe=False) from None
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
     return root
+
+
+def poll_failure(name: str, err: OverrideError) -> ServerError:
+    """Triton's answer to ``file:`` overrides that cannot form the model folder (its core reports them
+    as a failed poll of the model): "failed to load '<m>', failed to poll from model repository",
+    INTERNAL, with the detail in the server log only; a path that would leave the folder stays
+    INVALID_ARGUMENT (same text)."""
+    log.error("Poll failed for model directory '%s': %s", name, err)
+    text = f"failed to load '{name}', failed to poll from model repository"
+    return InvalidInput(text) if err.unsafe else InternalError(text)

@@ -11,7 +11,7 @@ from google.protobuf import text_format
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.errors import InvalidInput
+from kserve_v2.errors import InternalError, InvalidInput
 from kserve_v2.repository import layout, overrides
 
 
@@ -51,8 +51,16 @@ def test_model_dirs_finds_names_in_every_repository(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", ["", "/etc/passwd", "../x", "1/../../x", "a//b", "./a", "a\\b", "a\0b",
                                   "/".join(["d"] * 17), "x" * 256])
 def test_unsafe_override_paths(path: str) -> None:
-    with pytest.raises(InvalidInput, match="file: path"):
+    with pytest.raises(overrides.OverrideError, match="file: path") as err:
         overrides.check_relative_path(path)
+    assert err.value.unsafe is (path != "x" * 256)  # an over-long component is unwritable, not an escape
+
+
+def test_override_failures_answer_tritons_poll_text() -> None:
+    """Triton's core reports a file: override it cannot localize as a failed poll (L0_lifecycle test_file_override)."""
+    for unsafe, kind in ((False, InternalError), (True, InvalidInput)):
+        answer = overrides.poll_failure("m", overrides.OverrideError("detail", unsafe=unsafe))
+        assert type(answer) is kind and str(answer) == "failed to load 'm', failed to poll from model repository"
 
 
 def test_safe_override_path_is_normalised() -> None:
@@ -70,9 +78,10 @@ def test_load_parameters() -> None:
     assert loaded.config_json == "{}" and dict(loaded.files) == {"1/model.onnx": b"onnx"}
     with pytest.raises(InvalidInput, match="Unrecognized load parameter 'config' with type 'int64'"):
         overrides.parse_load_parameters({"config": parameter(int64_param=1)})
-    with pytest.raises(InvalidInput, match="need a 'config' parameter"):
+    with pytest.raises(overrides.OverrideError, match="Load parameter 'config' must be specified for model file "
+                                                      "override"):
         overrides.parse_load_parameters({"file:1/model.onnx": parameter(bytes_param=b"")})
-    with pytest.raises(InvalidInput, match="file: path"):
+    with pytest.raises(overrides.OverrideError, match="file: path"):
         overrides.parse_load_parameters({"config": parameter(string_param="{}"),
                                          "file:../model.onnx": parameter(bytes_param=b"")})
 
@@ -88,6 +97,7 @@ def test_private_folder_holds_exactly_the_files() -> None:
 
 def test_private_folder_is_removed_when_a_file_cannot_be_written() -> None:
     before = set(Path(tempfile.gettempdir()).glob("kserve_v2_override_*"))
-    with pytest.raises(InvalidInput, match="cannot be written"):
+    with pytest.raises(overrides.OverrideError, match="cannot be written") as err:
         overrides.write_private_folder({"a": b"file", "a/b": b"under a file"})
+    assert not err.value.unsafe
     assert set(Path(tempfile.gettempdir()).glob("kserve_v2_override_*")) == before
