@@ -242,9 +242,9 @@ def _check_network(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     for name in ("grpc_restricted_protocol", "http_restricted_api"):
         specs = tuple(getattr(args, name) or ())
         try:
-            parse_restrictions(specs)
+            parse_restrictions(specs, name.replace("_", "-"))
         except ValueError as err:
-            parser.error(f"--{name.replace('_', '-')}: {err}")
+            parser.error(str(err))  # Triton's texts, which name the flag where it matters
         setattr(args, name, specs)
 
 

@@ -24,23 +24,29 @@ class Restriction:
     value: str
 
 
-def parse_restrictions(specs: Iterable[str]) -> Mapping[str, Restriction]:
+def parse_restrictions(specs: Iterable[str], flag: str = "http-restricted-api") -> Mapping[str, Restriction]:
     """``["inference,health:key=secret", ...]`` -> {group: Restriction}.
 
+    ``flag``: ``http-restricted-api`` or ``grpc-restricted-protocol``, for the texts (Triton calls the
+    groups of the one "api" and of the other "protocol").
+
     Raises:
-        ValueError: a malformed value, an unknown group (Triton's text "unknown restricted api
-            '<name>'"), or a group named in two values.
+        ValueError: Triton's texts (``command_line_parser.cc``): a malformed value ("--<flag> option
+            format is '<config name>:<setting>=<value>'. Got <value>"), an unknown group ("unknown
+            restricted api '<name>'"), or a group named twice ("restricted api '<name>' can not be
+            specified in multiple config groups").
     """
+    feature = "protocol" if flag.startswith("grpc") else "api"
     table: dict[str, Restriction] = {}
     for spec in specs:
         groups, sep, rule = spec.partition(":")
         key, eq, value = rule.partition("=")
-        if not sep or not eq or not groups.strip() or not key.strip():
-            raise ValueError(f"restricted api '{spec}' is not <group>[,<group>...]:<key>=<value>")
-        for group in (g.strip() for g in groups.split(",")):
+        if not sep or not eq or not groups or not key or not value:
+            raise ValueError(f"--{flag} option format is '<config name>:<setting>=<value>'. Got {spec}")
+        for group in groups.split(","):
             if group not in GROUPS:
-                raise ValueError(f"unknown restricted api '{group}' (groups: {', '.join(GROUPS)})")
+                raise ValueError(f"unknown restricted {feature} '{group}'")
             if group in table:
-                raise ValueError(f"restricted api '{group}' is given more than once")
-            table[group] = Restriction(key.strip().lower(), value)
+                raise ValueError(f"restricted {feature} '{group}' can not be specified in multiple config groups")
+            table[group] = Restriction(key.lower(), value)
     return table

@@ -178,10 +178,18 @@ def test_bearer_token_guards_the_semantic_and_openai_routes(restricted_server: S
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--http-restricted-api", "model-reposit:k=v"], "unknown restricted api 'model-reposit'"),
-    (["--grpc-restricted-protocol", "health:a=1", "--grpc-restricted-protocol", "health,inference:b=2"],
-     "restricted api 'health' is given more than once"),
-    (["--grpc-restricted-protocol", "inference"], "is not <group>[,<group>...]:<key>=<value>"),
+    # Triton's texts (L0_http / L0_grpc test.sh look for them in the output of a server that fails to start)
+    (["--http-restricted-api", "model-reposit,health:k1=v1", "--http-restricted-api", "metadata,health:k2=v2"],
+     "error: unknown restricted api 'model-reposit'\n"),
+    (["--grpc-restricted-protocol", "model-reposit,health:k1=v1"], "error: unknown restricted protocol 'model-reposit'\n"),
+    (["--http-restricted-api", "model-repository,health:k1=v1", "--http-restricted-api", "metadata,health:k2=v2"],
+     "error: restricted api 'health' can not be specified in multiple config groups\n"),
+    (["--grpc-restricted-protocol", "model-repository,health:k1=v1", "--grpc-restricted-protocol",
+      "metadata,health:k2=v2"], "error: restricted protocol 'health' can not be specified in multiple config groups\n"),
+    (["--grpc-restricted-protocol", "inference"],
+     "error: --grpc-restricted-protocol option format is '<config name>:<setting>=<value>'. Got inference\n"),
+    (["--http-restricted-api", "inference:k="],
+     "error: --http-restricted-api option format is '<config name>:<setting>=<value>'. Got inference:k=\n"),
     (["--grpc-use-ssl", "true"], "--grpc-server-cert must name a PEM file"),
     (["--http-use-ssl-mutual", "true", "--http-server-cert", "README.md", "--http-server-key", "README.md"],
      "--http-root-cert must name a PEM file"),

@@ -44,7 +44,7 @@ def build_server(service: InferenceService, settings: Settings
         ("grpc.http2.max_ping_strikes", settings.grpc_http2_max_ping_strikes),
         ("grpc.so_reuseport", 0),
     ]
-    restrictions = parse_restrictions(settings.grpc_restricted_protocol)
+    restrictions = parse_restrictions(settings.grpc_restricted_protocol, "grpc-restricted-protocol")
     interceptors = [RestrictedProtocolInterceptor(restrictions)] if restrictions else []  # none: no per-call cost
     server = grpc.aio.server(options=options, interceptors=interceptors)
     servicer = Servicer(service)
