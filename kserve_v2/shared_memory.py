@@ -203,10 +203,10 @@ class SharedMemoryRegistry:
         region = self.status(name)[0]
         if offset < 0 or byte_size < 0:
             raise InvalidInput(f"shared memory offset and byte size must not be negative for region '{name}'")
+        if offset >= region.byte_size and not (offset == byte_size == 0):  # first, as Triton checks
+            raise InvalidInput(f"Invalid offset for shared memory region: '{name}'")
         if offset + byte_size >= _UINT64:
             raise InvalidInput(f"Integer overflow detected for shared memory region '{name}'")
-        if offset >= region.byte_size and not (offset == byte_size == 0):
-            raise InvalidInput(f"Invalid offset for shared memory region: '{name}'")
         if offset + byte_size > region.byte_size:
             raise InvalidInput(f"Invalid offset + byte size for shared memory region: '{name}'")
         return RegionRange(region, region.offset + offset, byte_size)

@@ -167,6 +167,14 @@ def test_offsets_and_sizes_are_bounds_checked(shm_server, regions) -> None:
             inputs[1].set_shared_memory("input_data", BYTES_16)
             err = _refused(client.infer, "simple", inputs)
             assert (err.status(), err.message()) == ("StatusCode.INVALID_ARGUMENT", text)
+        with httpclient.InferenceServerClient(shm_server.http_url) as rest:  # L0_shared_memory's HTTP offset
+            inputs = [httpclient.InferInput("INPUT0", [1, 16], "INT32"), httpclient.InferInput("INPUT1", [1, 16], "INT32")]
+            for tensor in inputs:
+                tensor.set_shared_memory("input_data", BYTES_16)
+            output = httpclient.InferRequestedOutput("OUTPUT0")
+            output.set_shared_memory("input_data", BYTES_16, offset=2**64 - 32)
+            err = _refused(rest.infer, "simple", inputs, outputs=[output])
+            assert (err.status(), err.message()) == ("400", "Invalid offset for shared memory region: 'input_data'")
         inputs = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"), grpcclient.InferInput("INPUT1", [1, 16], "INT32")]
         inputs[0].set_shared_memory("input_data", BYTES_16 - 4)
         inputs[1].set_shared_memory("input_data", BYTES_16)
