@@ -38,7 +38,7 @@ from kserve_v2.datatypes import BY_V2
 from kserve_v2.errors import ServerError
 from kserve_v2.inference import Buffer, decode_request
 from kserve_v2.model import ModelVersion
-from kserve_v2.shared_memory import SharedMemoryRegistry
+from kserve_v2.shared_memory import RequestRegions, SharedMemoryRegistry
 from kserve_v2.tensors import from_raw
 from kserve_v2.trace_config import OPENTELEMETRY, TRITON, TraceConfig
 from kserve_v2.trace_file import Entry, TraceFile, tensor_entry
@@ -188,10 +188,14 @@ class TritonTrace(RequestTrace):
             self._header["parent_id"] = self.parent_id
         if not self.setting.tensors:
             return
+        regions = RequestRegions(memory) if memory is not None else None
         try:
-            feeds = decode_request(request, model.spec, memory, raw_inputs).feeds
+            feeds = decode_request(request, model.spec, regions, raw_inputs).feeds
         except ServerError:
             return  # the request fails as it runs, with its own error
+        finally:
+            if regions is not None:
+                regions.release()
         for sent in request.inputs[:]:
             if sent.name in feeds:
                 array = feeds[sent.name]
