@@ -1,10 +1,18 @@
 """The shared part of every text backend: pre (tokenize) -> core (ONNX Runtime) -> post.
 
 A text model's folder holds ``<version>/model.onnx`` and ``<version>/tokenizer.json``; its
-``config.pbtxt`` names the backend and may set ``parameters``:
-``max_sequence_length`` (tokens per item; default: the tokenizer file's truncation, else 512)
-plus the backend's own. Requests may carry the parameter ``overflow_policy`` (``default``,
-``truncate_text``, ``error``; SIE's ``options.overflow_policy``). Only ``infer`` touches ORT.
+``config.pbtxt`` names the backend and may set ``parameters``: ``max_sequence_length`` (tokens
+per item; default: the tokenizer file's truncation, else 512), ``query_prefix`` and
+``document_prefix`` (prepended verbatim to queries and to the other texts, as
+sentence-transformers' ``prompts`` and text-embeddings-inference's ``prompt_name`` do: ``"query: "``
+for E5 models), plus the backend's own. Request parameters every text backend reads:
+``overflow_policy`` (``default``, ``truncate_text``, ``error``; SIE's ``options.overflow_policy``),
+``truncation_direction`` (``right`` keeps a long text's start, ``left`` its end), ``prompt_name``
+(``document``, the default, or ``query``: which prefix the ``text`` items get), ``instruction``
+(SIE's). Every text model also gives the V2 outputs ``tokens`` (INT64 [-1, 4]: id, start, stop,
+special for each token, item after item) and ``token_lengths`` (INT64 [-1]); asked for alone, they
+tokenize without truncation and without running the model (request parameter
+``add_special_tokens``, default true). Only ``infer`` touches ORT.
 """
 
 from __future__ import annotations
@@ -19,17 +27,21 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from adapters.batching import TextBatching
-from adapters.inputs import string_parameter, texts, with_instruction
-from adapters.tokenizer import Batch, TextTokenizer
+from adapters.inputs import flag_parameter, string_parameter, texts, with_instruction
+from adapters.tokenizer import TOKEN_COLUMNS, Batch, TextTokenizer
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Execution, Parameter
 from kserve_v2.datatypes import BY_V2, BYTES
 from kserve_v2.errors import InvalidInput
 from kserve_v2.runtime.onnx import OnnxTensor, open_session
-from kserve_v2.text import InputKind, TextContract, TextInput, TextOutput
+from kserve_v2.text import InputKind, OutputKind, TextContract, TextInput, TextOutput
 
 TOKENIZER_FILE = "tokenizer.json"
 DEFAULT_MAX_LENGTH = 512
+# the prompts a request's ``prompt_name`` may choose, each from the config parameter ``<name>_prefix``
+PROMPTS = ("document", "query")
+TOKENS = TextOutput(OutputKind.TOKENS, "int64", TOKEN_COLUMNS, "tokens", lengths="token_lengths")
+TOKEN_OUTPUTS = frozenset(TOKENS.tensors)
 
 
 @dataclass(slots=True)
@@ -74,6 +86,7 @@ class TextAdapter(Generic[P]):
         self.folder = model_dir / str(version)
         self.name = config.name
         self.parameters = {key: value.string_value for key, value in config.parameters.items()}
+        self.prefixes = {name: self.parameters.get(f"{name}_prefix", "") for name in PROMPTS}
         for required in ("model.onnx", TOKENIZER_FILE):
             if not (self.folder / required).is_file():
                 raise FileNotFoundError(f"'{version}/{required}' not found")
@@ -88,8 +101,8 @@ class TextAdapter(Generic[P]):
         self._graph_inputs = [t.name for t in self.session.inputs]
 
     def declare(self, inputs: Sequence[TextInput], outputs: Sequence[TextOutput]) -> None:
-        """Set ``text`` and the V2 interface it implies (see ``v2_interface``)."""
-        self.text = TextContract(tuple(inputs), tuple(outputs), self.tokenizer.max_length)
+        """Set ``text`` and the V2 interface it implies (see ``v2_interface``); the ``tokens`` output is added."""
+        self.text = TextContract(tuple(inputs), (*outputs, TOKENS), self.tokenizer.max_length)
         self.inputs, self.outputs = v2_interface(self.text)
 
     # ---- the three steps ----
@@ -112,15 +125,35 @@ class TextAdapter(Generic[P]):
         raise NotImplementedError
 
     def run_steps(self, feeds: dict[str, np.ndarray], wanted: set[str],
-                  parameters: Mapping[str, Parameter]) -> tuple[dict[str, np.ndarray], P, int, int]:
-        """The three steps: (outputs, the pre-processed request, pre_ns, post_ns)."""
+                  parameters: Mapping[str, Parameter]) -> tuple[dict[str, np.ndarray], Prepared, int, int]:
+        """The three steps: (outputs, the pre-processed request, pre_ns, post_ns); only the
+        tokenizer when ``tokens`` alone are wanted."""
         started = time.perf_counter_ns()
+        if wanted <= TOKEN_OUTPUTS:
+            whole = self.tokenize(feeds, parameters)
+            return token_outputs(whole), whole, time.perf_counter_ns() - started, 0
         prepared = self.preprocess(feeds, parameters)
         ran = time.perf_counter_ns()
         graph = self.infer(prepared.batch)
         done = time.perf_counter_ns()
         computed = self.postprocess(prepared, graph, wanted)
+        if wanted & TOKEN_OUTPUTS:
+            computed.update(token_outputs(prepared))
         return computed, prepared, ran - started, time.perf_counter_ns() - done
+
+    def check(self, feeds: dict[str, np.ndarray], wanted: set[str], parameters: Mapping[str, Parameter]) -> None:
+        """Raise what ``run_steps`` would raise before running the model (bad texts or parameters,
+        an item over the limit under the ``error`` policy): text batching checks each request so."""
+        if wanted <= TOKEN_OUTPUTS:
+            self.tokenize(feeds, parameters)
+        else:
+            self.preprocess(feeds, parameters)
+
+    def tokenize(self, feeds: Mapping[str, np.ndarray], parameters: Mapping[str, Parameter]) -> Prepared:
+        """The ``text`` items as the model would see them (prompt prefix and instruction applied),
+        tokenized without truncation (``add_special_tokens``: false leaves out [CLS], [SEP] and the like)."""
+        items = self.prompted(self.item_texts(feeds, parameters), parameters, instruct=True)
+        return Prepared(self.tokenizer.whole(items, flag_parameter(parameters, "add_special_tokens", True)), items)
 
     def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                 parameters: Mapping[str, Parameter]) -> Execution:
@@ -134,12 +167,29 @@ class TextAdapter(Generic[P]):
         """Tokenize the texts and, when the request has one, the query as the last item; the
         ``instruction`` prefixes the query when there is one, otherwise every text."""
         items = self.item_texts(feeds, parameters)
-        instruction = string_parameter(parameters, "instruction", "")
         if "query" in feeds:
-            encoded = [*items, with_instruction(instruction, texts(feeds, "query")[0])]
+            encoded = [*self.prompted(items, parameters, instruct=False), self.query(feeds, parameters)]
         else:
-            encoded = [with_instruction(instruction, t) for t in items]
+            encoded = self.prompted(items, parameters, instruct=True)
         return Prepared(self.encode(encoded, parameters), items, "query" in feeds)
+
+    def prompted(self, items: Sequence[str], parameters: Mapping[str, Parameter], instruct: bool) -> list[str]:
+        """The items with the prefix ``prompt_name`` chooses (``document`` unless it says ``query``),
+        and with ``instruct`` the request's ``instruction`` before it.
+
+        Raises:
+            InvalidInput: an unknown ``prompt_name`` -> 400.
+        """
+        name = string_parameter(parameters, "prompt_name", "document")
+        if name not in PROMPTS:
+            raise InvalidInput(f"unknown prompt_name '{name}': use one of {list(PROMPTS)}")
+        instruction = string_parameter(parameters, "instruction", "") if instruct else ""
+        return [with_instruction(instruction, self.prefixes[name] + item) for item in items]
+
+    def query(self, feeds: Mapping[str, np.ndarray], parameters: Mapping[str, Parameter]) -> str:
+        """The ``query`` input with the model's query prefix, after the request's ``instruction``."""
+        return with_instruction(string_parameter(parameters, "instruction", ""),
+                                self.prefixes["query"] + texts(feeds, "query")[0])
     def item_texts(self, feeds: Mapping[str, np.ndarray], parameters: Mapping[str, Parameter]) -> list[str]:
         """The ``text`` items; with the request parameter ``token_ids`` = ``model``, each item is a JSON
         array of the model tokenizer's own ids, decoded with that tokenizer (``TextTokenizer.decode_ids``).
@@ -156,12 +206,14 @@ class TextAdapter(Generic[P]):
         return self.tokenizer.decode_ids(items)
 
     def encode(self, items: Sequence[str | tuple[str, str]], parameters: Mapping[str, Parameter]) -> Batch:
-        """Tokenize under the request's ``overflow_policy`` (see ``TextTokenizer.encode``)."""
-        return self.tokenizer.encode(items, string_parameter(parameters, "overflow_policy", "default"))
+        """Tokenize under the request's ``overflow_policy`` and ``truncation_direction`` (see ``TextTokenizer.encode``)."""
+        return self.tokenizer.encode(items, string_parameter(parameters, "overflow_policy", "default"),
+                                     string_parameter(parameters, "truncation_direction", "right"))
 
 
 # SIE's output dtype -> the V2 datatype of its values
-V2_DATATYPES = {"float32": "FP32", "float16": "FP16", "int8": "INT8", "binary": "UINT8", "json": "BYTES"}
+V2_DATATYPES = {"float32": "FP32", "float16": "FP16", "int8": "INT8", "binary": "UINT8", "json": "BYTES",
+                "int64": "INT64"}
 
 
 def v2_interface(contract: TextContract) -> tuple[tuple[OnnxTensor, ...], tuple[OnnxTensor, ...]]:
@@ -183,6 +235,12 @@ def v2_interface(contract: TextContract) -> tuple[tuple[OnnxTensor, ...], tuple[
         if output.lengths is not None:
             outputs.append(OnnxTensor(output.lengths, BY_V2["INT64"], (-1,)))
     return inputs, tuple(outputs)
+
+
+def token_outputs(prepared: Prepared) -> dict[str, np.ndarray]:
+    """The ``tokens`` and ``token_lengths`` outputs of the request's items (a query row is left out)."""
+    rows, lengths = TextTokenizer.token_rows(prepared.batch, len(prepared.items))
+    return {"tokens": rows, "token_lengths": lengths}
 
 
 def l2_normalize(array: np.ndarray) -> np.ndarray:

@@ -69,12 +69,12 @@ class TextBatching:
                 raise InvalidInput(f"unknown overflow_policy '{policy}': use one of {list(OVERFLOW_POLICIES)}")
         except ServerError as err:
             return [err] * len(members)
-        shares: list[Execution | Exception | None] = [self._refusal(m, parameters, policy) for m in members]
+        ragged = self._ragged()
+        wanted = set(output_names) | {ragged[n] for n in output_names if n in ragged}
+        shares: list[Execution | Exception | None] = [self._refusal(m, wanted, parameters, policy) for m in members]
         valid = [index for index, share in enumerate(shares) if share is None]
         if valid:
-            ragged = self._ragged()
             merged = {**members[valid[0]], "text": np.concatenate([members[i]["text"] for i in valid])}
-            wanted = set(output_names) | {ragged[n] for n in output_names if n in ragged}
             checked = {**parameters, "overflow_policy": "truncate_text"} if policy == "error" else parameters
             checks_ns = time.perf_counter_ns() - started  # the members' checks count as pre-processing
             computed, prepared, pre_ns, post_ns = self._adapter.run_steps(merged, wanted, checked)
@@ -88,13 +88,15 @@ class TextBatching:
                 shares[index] = Execution(outputs, pre_ns + checks_ns, post_ns, own[position], int(position == 0))
         return [share for share in shares if share is not None]
 
-    def _refusal(self, feeds: dict[str, np.ndarray], parameters: Mapping[str, Parameter], policy: str
-                 ) -> ServerError | None:
-        """A member's own error (bad texts, or one over the token limit under the ``error`` policy), else None."""
+    def _refusal(self, feeds: dict[str, np.ndarray], wanted: set[str], parameters: Mapping[str, Parameter],
+                 policy: str) -> ServerError | None:
+        """A member's own error (bad texts, or one over the token limit under the ``error`` policy,
+        counted as the model sees it: with its prefixes and as pairs), else None."""
         try:
-            items = self._adapter.item_texts(feeds, parameters)
             if policy == "error":
-                self._adapter.tokenizer.encode(items, "error")
+                self._adapter.check(feeds, wanted, parameters)
+            else:
+                self._adapter.item_texts(feeds, parameters)
         except ServerError as err:
             return err
         return None

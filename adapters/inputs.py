@@ -1,4 +1,4 @@
-"""Reading a text model's request: BYTES inputs as text, string parameters, SIE's instruction prefix."""
+"""Reading a text model's request: BYTES inputs as text, string, integer and boolean parameters, SIE's instruction prefix."""
 
 from __future__ import annotations
 
@@ -45,3 +45,33 @@ def with_instruction(instruction: str, text: str) -> str:
     if not instruction:
         return text
     return instruction + text if instruction[-1].isspace() else f"{instruction} {text}"
+
+
+def int_parameter(parameters: Mapping[str, Parameter], key: str) -> int | None:
+    """A positive integer request parameter (an int64 parameter, or a string of digits), None when absent.
+
+    Raises:
+        InvalidInput: present but not a positive integer -> INVALID_ARGUMENT / 400.
+    """
+    value = parameters.get(key)
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(f"parameter '{key}' must be a positive integer, got {value!r}")
+    return value
+
+
+def flag_parameter(parameters: Mapping[str, Parameter], key: str, default: bool) -> bool:
+    """A boolean request parameter: a bool parameter, or the string ``true`` or ``false``.
+
+    Raises:
+        InvalidInput: anything else -> INVALID_ARGUMENT / 400.
+    """
+    value = parameters.get(key, default)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if not isinstance(value, bool):
+        raise InvalidInput(f"parameter '{key}' must be true or false, got {value!r}")
+    return value

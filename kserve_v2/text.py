@@ -32,6 +32,7 @@ class OutputKind(enum.StrEnum):
     MULTIVECTOR = "multivector"
     SCORE = "score"
     ENTITIES = "entities"
+    TOKENS = "tokens"  # the tokenizer's view of each item (every text model gives it; not one of SIE's types)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +55,7 @@ class TextOutput:
     Attributes:
         kind: the output kind.
         dtype: SIE's element type: ``float32``, ``float16``, ``int8``, ``binary`` (sign bits
-            packed 8 to a byte), or ``json`` (a UTF-8 JSON document per item).
+            packed 8 to a byte), ``json`` (a UTF-8 JSON document per item), or ``int64``.
         width: components of one vector (the embedding dims, the vocabulary size of a sparse
             vector); 0 for one value or document per item.
         values: the V2 output with the values: [items, width] for a fixed-width vector per item,

@@ -107,7 +107,8 @@ def test_its_contract_is_its_v2_interface_and_its_model_info(plugin_server) -> N
     assert status == 200 and metadata["platform"] == "text_tanh_pair"
     assert [(t["name"], t["datatype"], t["shape"]) for t in metadata["inputs"]] == [("query", "BYTES", [1]),
                                                                                     ("text", "BYTES", [-1])]
-    assert [(t["name"], t["datatype"], t["shape"]) for t in metadata["outputs"]] == [("relevance", "FP32", [-1])]
+    assert [(t["name"], t["datatype"], t["shape"]) for t in metadata["outputs"]] == [  # tokens: every text model's
+        ("relevance", "FP32", [-1]), ("tokens", "INT64", [-1, 4]), ("token_lengths", "INT64", [-1])]
     status, listing = call(plugin_server, "/v1/models")
     info = {m["name"]: m for m in listing["models"]}["pair-scorer"]
     assert (info["outputs"], info["dims"], info["loaded"], info["max_sequence_length"]) == (["score"], {}, True, 16)
