@@ -1,4 +1,4 @@
-"""OpenAI's ``POST /v1/embeddings`` and ``GET /v1/models[/{id}]`` on the text models.
+"""OpenAI's ``POST /v1/embeddings`` and ``GET /v1/models[/{id}]`` on the text models, and ``POST /v1/tokenize``.
 
 Two specifications meet here: OpenAI's API reference ("Embeddings", "Models") and SIE's
 (HTTP API reference), which lists models as ``{"models": [ModelInfo]}``. ``/v1/models`` answers
@@ -12,8 +12,20 @@ fields beside its ModelInfo. Where they collide, OpenAI wins: these routes answe
 SDK decodes them); ``dimensions`` keeps the first N components and re-normalises them (rejected
 above the model's width); ``user`` is accepted; ``usage`` counts the model tokenizer's tokens;
 an input over the model's ``max_sequence_length`` is refused with OpenAI's
-``context_length_exceeded`` (400). Each request is one service call, ``InferenceService.text_infer``,
-planned from the model's contract (``kserve_v2.text``).
+``context_length_exceeded`` (400), naming its token count and the limit, unless ``truncate``
+(text-embeddings-inference's boolean, with ``truncation_direction``, or Cohere's
+``NONE``/``START``/``END``) asks to cut it; ``prompt_name`` (``query`` or ``document``, the
+default) chooses the model's configured prefix.
+
+``/v1/tokenize`` (after vLLM's and text-embeddings-inference's ``/tokenize``): ``input`` (a string or
+a list; vLLM's ``prompt`` for one string), ``add_special_tokens`` (default true) and
+``prompt_name``; per input its ``ids``, ``count``, character ``offsets`` and ``special`` flags, as
+the model's tokenizer gives them without truncation, with the model's ``max_model_len`` (its
+``max_sequence_length``) and the total ``count``; for one string also vLLM's ``tokens`` (its ids).
+
+Each request is one service call, ``InferenceService.text_infer``, planned from the model's
+contract (``kserve_v2.text``): tokenize asks only for the model's ``tokens`` output, which runs
+its tokenizer and not the model.
 """
 
 from __future__ import annotations
@@ -36,7 +48,7 @@ from transcoding import sie_schema
 from transcoding.http_routes import guarded
 from transcoding.openai_codec import InvalidField, error_response, render
 from transcoding.sie_codec import read_request
-from transcoding.text_calls import Call, model_info
+from transcoding.text_calls import Call, model_info, truncation
 from transcoding.timing import semantic_timing, trace_id
 from transcoding.token_ids import decode_cl100k, input_items
 
@@ -65,8 +77,9 @@ class OpenAiRoutes:
         self.started = int(time.time())
 
     def routes(self) -> list[Route]:
-        """``/v1/embeddings``, ``/v1/models`` and ``/v1/models/{id}``."""
+        """``/v1/embeddings``, ``/v1/tokenize``, ``/v1/models`` and ``/v1/models/{id}``."""
         return [Route("/v1/embeddings", guarded(self.embeddings, openai_error), methods=["POST"]),
+                Route("/v1/tokenize", guarded(self.tokenize, openai_error), methods=["POST"]),
                 Route("/v1/models", guarded(self.list_models, openai_error), methods=["GET"]),
                 Route("/v1/models/{model:path}", guarded(self.one_model, openai_error), methods=["GET"])]
 
@@ -74,7 +87,10 @@ class OpenAiRoutes:
         """``POST /v1/embeddings``: one dense vector per input (see the module docstring)."""
         received = time.perf_counter_ns()
         body = await read_request(request, sie_schema.EMBEDDINGS, self.max_bytes)
-        call = Call(request, {}, [(OutputKind.DENSE, "float32")], {"overflow_policy": "error"})
+        parameters = {"overflow_policy": "error", **truncation(body.get("truncate"), body.get("truncation_direction"))}
+        if "prompt_name" in body:
+            parameters["prompt_name"] = body["prompt_name"]
+        call = Call(request, {}, [(OutputKind.DENSE, "float32")], parameters)
 
         def dimensions_and_input(name: str, contract: TextContract) -> None:
             width = contract.width(OutputKind.DENSE)
@@ -105,6 +121,30 @@ class OpenAiRoutes:
         content["timing"], headers = semantic_timing(request.headers, report, received)
         return render(request, content, headers=headers)
 
+    async def tokenize(self, request: Request) -> Response:
+        """``POST /v1/tokenize``: each input's tokens (see the module docstring)."""
+        received = time.perf_counter_ns()
+        body = await read_request(request, sie_schema.TOKENIZE, self.max_bytes)
+        given = body["prompt"] if "prompt" in body else body["input"]
+        items = [given] if isinstance(given, str) else given
+        parameters = {"add_special_tokens": str(body.get("add_special_tokens", True)).lower()}
+        if "prompt_name" in body:
+            parameters["prompt_name"] = body["prompt_name"]
+        call = Call(request, {InputKind.TEXT: items}, [(OutputKind.TOKENS, None)], parameters)
+        arrays, report = await self.service.text_infer(body["model"], call, dict(request.headers), "tokenize")
+        tokens = call.outputs[OutputKind.TOKENS]
+        rows, lengths = arrays[tokens.values], arrays[tokens.lengths or ""]
+        bounds = np.concatenate([[0], np.cumsum(lengths)])
+        data = [{"index": i, "count": int(lengths[i]), "ids": rows[bounds[i]:bounds[i + 1], 0],
+                 "offsets": rows[bounds[i]:bounds[i + 1], 1:3], "special": rows[bounds[i]:bounds[i + 1], 3].astype(bool)}
+                for i in range(len(items))]
+        content: dict[str, Any] = {"model": body["model"], "max_model_len": call.contract.max_sequence_length,
+                                   "count": int(lengths.sum()), "data": data}
+        if isinstance(given, str):
+            content["tokens"] = data[0]["ids"]
+        content["timing"], headers = semantic_timing(request.headers, report, received)
+        return render(request, content, headers=headers)
+
     async def list_models(self, request: Request) -> Response:
         """``GET /v1/models``: every text model, loaded or not, in both OpenAI's and SIE's shapes."""
         infos = [model_info(info) for info in self.service.text_models()]
@@ -130,5 +170,5 @@ class OpenAiRoutes:
 
 
 def openai_routes(service: InferenceService, max_bytes: int, token_ids: str = "tiktoken") -> list[Route]:
-    """The ``/v1/embeddings``, ``/v1/models`` and ``/v1/models/{id}`` routes (see ``OpenAiRoutes``)."""
+    """The ``/v1/embeddings``, ``/v1/tokenize``, ``/v1/models`` and ``/v1/models/{id}`` routes (see ``OpenAiRoutes``)."""
     return OpenAiRoutes(service, max_bytes, token_ids).routes()

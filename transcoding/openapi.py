@@ -155,6 +155,14 @@ def _semantic_routes() -> dict[str, Any]:
             "summary": "OpenAI-compatible embeddings (input: string, strings, token ids, or lists of token ids)",
             "requestBody": {"required": True, "content": {"application/json": {"schema": sie_schema.EMBEDDINGS}}},
             "responses": {"200": _openai(obj), **openai_errors}}},
+        "/v1/tokenize": {"post": {
+            "summary": "Token ids, counts, offsets and special flags of each input, untruncated, with the model's max_model_len",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": sie_schema.TOKENIZE}}},
+            "responses": {"200": _openai(obj), **openai_errors}}},
+        **{path: {"post": {
+            "summary": "Rerank documents against a query (Cohere v1/v2, Jina and vLLM bodies; results best first)",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": sie_schema.RERANK}}},
+            "responses": {"200": _openai(obj), **openai_errors}}} for path in ("/v1/rerank", "/v2/rerank", "/rerank")},
         "/v1/models": {"get": {"summary": "Text models, loaded or not: OpenAI's list (object, data) and SIE's (models)",
                                "responses": {"200": _openai(obj), **_openai_errors(500)}}},
         "/v1/models/{model}": {"get": {"summary": "One text model: OpenAI's Model beside SIE's ModelInfo",
@@ -272,5 +280,5 @@ def openapi_document(metrics: bool, status: bool) -> dict[str, Any]:
     return {"openapi": "3.0.3",
             "info": {"title": "kserve_v2", "version": __version__,
                      "description": "KServe V2 / Open Inference Protocol REST API with Triton's extensions, "
-                                    "and the semantic endpoints (SIE's HTTP API, OpenAI embeddings)."},
+                                    "and the semantic endpoints (SIE's HTTP API, OpenAI embeddings, rerank, tokenize)."},
             "paths": paths, "components": {"schemas": _schemas()}}

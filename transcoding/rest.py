@@ -45,6 +45,7 @@ from transcoding.json_tensors import (HttpInfer, load_json, parse_detached, pars
 from transcoding.openai_embeddings import openai_routes
 from transcoding.raw_binary import raw_binary_request
 from transcoding.openapi import openapi_document
+from transcoding.rerank import rerank_routes
 from transcoding.sie import sie_routes
 from transcoding.status_page import status_page, status_socket
 from transcoding.timing import timing_headers
@@ -276,7 +277,8 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
     """
     v2 = V2Routes(service, max_input_bytes)
     routes = [*v2.routes(), *docs_routes(openapi_document(metrics=registry is not None, status=reporter is not None)),
-              *sie_routes(service, max_input_bytes), *openai_routes(service, max_input_bytes, token_ids)]
+              *sie_routes(service, max_input_bytes), *openai_routes(service, max_input_bytes, token_ids),
+              *rerank_routes(service, max_input_bytes)]
     if registry is not None:
         routes.append(Route("/metrics", metrics_endpoint(registry), methods=["GET"]))
     if reporter is not None:

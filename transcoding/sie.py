@@ -28,7 +28,7 @@ from kserve_v2.text import InputKind, OutputKind, TextContract
 from transcoding import sie_schema
 from transcoding.http_routes import guarded, resolved_model
 from transcoding.sie_codec import error_response, read_request, render
-from transcoding.text_calls import PRODUCE, Call
+from transcoding.text_calls import PRODUCE, Call, truncation
 from transcoding.timing import semantic_timing, trace_id
 
 
@@ -80,7 +80,7 @@ class SieRoutes:
 
         call = Call(request, {InputKind.TEXT: _texts(items)},
                     [(kind, dtype if kind is OutputKind.DENSE else None) for kind in kinds],
-                    _parameters(params.get("instruction"), params.get("options")), PRODUCE, dense_only)
+                    _parameters(params.get("instruction"), params.get("options"), params), PRODUCE, dense_only)
         arrays, report = await self.run(call, "encode")
         results = [_echo_id(item, i, default=False) for i, item in enumerate(items)]
         for kind, output in sorted(call.outputs.items(), key=lambda pair: list(OutputKind).index(pair[0])):
@@ -104,9 +104,8 @@ class SieRoutes:
         received = time.perf_counter_ns()
         body = await read_request(request, sie_schema.SCORE, self.max_bytes)
         items = body["items"]
-        call = Call(request, {InputKind.QUERY: [body["query"]["text"]], InputKind.TEXT: _texts(items)},
-                    [(OutputKind.SCORE, None)], _parameters(body.get("instruction"), body.get("options")),
-                    check=lambda name, _: _check(name, items, body.get("options")))
+        call = Call.score(request, body["query"]["text"], _texts(items), _parameters(body.get("instruction"), body.get("options")),
+                          check=lambda name, _: _check(name, items, body.get("options")))
         arrays, report = await self.run(call, "score")
         values = arrays[call.outputs[OutputKind.SCORE].values]
         order = sorted(range(len(items)), key=lambda i: -float(values[i]))
@@ -165,13 +164,25 @@ def _texts(items: list[dict[str, Any]]) -> list[str]:
     return [item["text"] for item in items]
 
 
-def _parameters(instruction: str | None, options: dict[str, Any] | None) -> dict[str, str]:
-    """The request parameters of SIE's ``instruction`` and ``options.overflow_policy``."""
+def _parameters(instruction: str | None, options: dict[str, Any] | None, params: dict[str, Any] | None = None
+                ) -> dict[str, str]:
+    """The request parameters of SIE's ``instruction`` and ``options.overflow_policy``, and of the
+    encode params ``truncate``, ``truncation_direction`` and ``prompt_name``.
+
+    Raises:
+        InvalidInput: both ``truncate`` and ``options.overflow_policy`` -> 400 INVALID_INPUT.
+    """
     parameters = {}
+    params = params or {}
     if instruction:
         parameters["instruction"] = instruction
     if options and "overflow_policy" in options:
+        if "truncate" in params:
+            raise InvalidInput("give params.truncate or params.options.overflow_policy, not both")
         parameters["overflow_policy"] = options["overflow_policy"]
+    parameters.update(truncation(params.get("truncate"), params.get("truncation_direction")))
+    if "prompt_name" in params:
+        parameters["prompt_name"] = params["prompt_name"]
     return parameters
 
 

@@ -38,8 +38,9 @@ _CODES: tuple[tuple[type[ServerError], str], ...] = (
 _MAX_MESSAGE = 300
 
 
-async def read_request(request: Request, schema: dict[str, Any], limit: int) -> dict[str, Any]:
-    """The body as a dict, checked against ``schema``.
+async def read_request(request: Request, schema: dict[str, Any], limit: int, drop_nulls: bool = False) -> dict[str, Any]:
+    """The body as a dict, checked against ``schema``; with ``drop_nulls``, top-level null values
+    are dropped first (a null field is a missing one, as Cohere's API reads them).
 
     Raises:
         TooLarge: over ``limit`` bytes -> 413.
@@ -53,6 +54,8 @@ async def read_request(request: Request, schema: dict[str, Any], limit: int) -> 
             raise InvalidInput(f"malformed msgpack body ({type(err).__name__}: {err})"[:_MAX_MESSAGE]) from None
     else:
         value = load_json(body)
+    if drop_nulls and isinstance(value, dict):
+        value = {key: item for key, item in value.items() if item is not None}
     error = best_match(Draft202012Validator(schema).iter_errors(value))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "body"

@@ -48,6 +48,13 @@ class Call:
     contract: TextContract = NOT_TEXT
     outputs: dict[OutputKind, TextOutput] = field(default_factory=dict)
 
+    @classmethod
+    def score(cls, http: Request, query: str, items: Sequence[str], parameters: dict[str, str],
+              check: Callable[[str, TextContract], None] | None = None) -> Call:
+        """Each item's relevance to ``query``: the one call behind SIE's ``/v1/score`` and the rerank routes."""
+        return cls(http, {InputKind.QUERY: [query], InputKind.TEXT: items}, [(OutputKind.SCORE, None)], parameters,
+                   check=check)
+
     def resolved(self, name: str) -> None:
         """Remember the repository name, and label the request with it."""
         self.name = self.http.state.model = name
@@ -62,8 +69,8 @@ class Call:
         offered = contract.kinds()
         for kind, _ in self.wanted:
             if kind not in offered:
-                raise InvalidInput(self.refusal.format(name=name, kind=kind.value,
-                                                       offered=", ".join(offered) or "none"))
+                listed = [k for k in offered if k is not OutputKind.TOKENS]  # SIE's output types only
+                raise InvalidInput(self.refusal.format(name=name, kind=kind.value, offered=", ".join(listed) or "none"))
         if self.check is not None:
             self.check(name, contract)
         for kind, dtype in self.wanted:
@@ -74,6 +81,19 @@ class Call:
         return TextRequest(self.texts, [t for o in self.outputs.values() for t in o.tensors], self.parameters)
 
 
+def truncation(truncate: bool | str | None, direction: str | None = None) -> dict[str, str]:
+    """The V2 request parameters of a ``truncate`` field (Cohere's ``NONE``/``START``/``END``, TEI's
+    boolean) and TEI's ``truncation_direction`` (``Right``/``Left``); empty when ``truncate`` is None
+    (the route's default applies)."""
+    if truncate is None:
+        return {}
+    value = str(truncate).lower()
+    if value in ("false", "none"):
+        return {"overflow_policy": "error"}
+    left = value == "start" or (value == "true" and (direction or "").lower() == "left")
+    return {"overflow_policy": "truncate_text", "truncation_direction": "left" if left else "right"}
+
+
 def model_info(info: TextModelInfo) -> dict[str, Any]:
     """SIE's ModelInfo (SIE's HTTP API reference, ``GET /v1/models``): a loaded model's dims from
     its contract; a model that is not loaded shows its backend's outputs and ``dims: {}``."""
@@ -82,7 +102,8 @@ def model_info(info: TextModelInfo) -> dict[str, Any]:
     if contract is not None:
         dims = {kind.value: contract.width(kind) for kind in (OutputKind.DENSE, OutputKind.MULTIVECTOR, OutputKind.SPARSE)
                 if kind in info.kinds}
-    content: dict[str, Any] = {"name": info.name, "inputs": ["text"], "outputs": [kind.value for kind in info.kinds],
+    outputs = [kind.value for kind in info.kinds if kind is not OutputKind.TOKENS]  # SIE's output types only
+    content: dict[str, Any] = {"name": info.name, "inputs": ["text"], "outputs": outputs,
                                "dims": dims, "loaded": contract is not None,
                                "max_sequence_length": info.max_sequence_length, "profiles": {}}
     if info.aliases:
