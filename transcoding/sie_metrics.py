@@ -6,7 +6,7 @@ model lifecycle's records, on the same registry as Triton's families:
 endpoint, phase), ``sie_batch_size``, ``sie_tokens_processed_total`` and ``sie_queue_depth``
 (model), ``sie_model_loaded`` and ``sie_model_memory_bytes`` (model, device). SIE's ``endpoint``
 label is the API a request came through: ``infer`` for V2 inference, ``encode``, ``score``,
-``extract``, ``embeddings`` for the semantic routes.
+``extract``, ``embeddings``, ``rerank``, ``tokenize`` for the semantic routes.
 """
 
 from __future__ import annotations
