@@ -190,6 +190,7 @@ class TextAdapter(Generic[P]):
         """The ``query`` input with the model's query prefix, after the request's ``instruction``."""
         return with_instruction(string_parameter(parameters, "instruction", ""),
                                 self.prefixes["query"] + texts(feeds, "query")[0])
+
     def item_texts(self, feeds: Mapping[str, np.ndarray], parameters: Mapping[str, Parameter]) -> list[str]:
         """The ``text`` items; with the request parameter ``token_ids`` = ``model``, each item is a JSON
         array of the model tokenizer's own ids, decoded with that tokenizer (``TextTokenizer.decode_ids``).
