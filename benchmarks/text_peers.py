@@ -9,14 +9,16 @@
 - fastembed 0.9.1 in process on the embedding file (`specific_model_path`), in its own environment
   (benchmarks/fastembed_peer.py): the ceiling of "no server at all".
 
-Both servers run at once and are measured case by case, back to back, by the same client (httpx,
-one connection per caller, closed loop): embeddings of batches of 1 (4 callers) and 32 (1 caller)
-texts, short (about 12 tokens) and 256 tokens; rerank of 32 documents (1 caller). Cells: texts/s
+Everything runs on the first 2 CPUs (`--cpus`). Both servers run at once and are measured case by
+case, back to back, by the same client (httpx, one connection per caller, closed loop): embeddings
+of batches of 1 (4 callers) and 32 (1 caller) texts, short (about 12 tokens) and 256 tokens;
+rerank of 32 documents (1 caller). Cells: texts/s
 (p50 / p99 ms). Then the cosine of our vectors to each peer's and the largest difference of the
 rerank scores, and the issue's targets. Models come from ../shared/models (or examples/model_repository
 after `make models`).
 
 Usage: python benchmarks/text_peers.py [--seconds 10] [--smoke] [--skip-infinity] [--skip-fastembed] [--peers-if-cached]
+                                     [--cpus 2]
 """
 
 from __future__ import annotations
@@ -213,7 +215,7 @@ def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def fastembed(env: Path, folder: Path, cases: dict[str, list[list[str]]], probe: list[str], seconds: float) -> dict:
-    job = {"folder": str(folder), "threads": os.cpu_count(), "seconds": seconds, "probe": probe,
+    job = {"folder": str(folder), "threads": len(os.sched_getaffinity(0)), "seconds": seconds, "probe": probe,
            "cases": [{"label": label, "texts": batches} for label, batches in cases.items()]}
     done = subprocess.run([str(env / "bin" / "python"), str(HERE / "fastembed_peer.py")], input=json.dumps(job),
                           capture_output=True, text=True, check=False)
@@ -245,7 +247,11 @@ def main() -> None:
     parser.add_argument("--skip-fastembed", action="store_true")
     parser.add_argument("--peers-if-cached", action="store_true",
                         help="run a peer only when its environment is already in the cache (no download)")
+    parser.add_argument("--cpus", type=int, default=2,
+                        help="run everything (servers, fastembed, the client) on the first N CPUs (the issue's 2 cores)")
     args = parser.parse_args()
+    cpus = sorted(os.sched_getaffinity(0))[:args.cpus]
+    os.sched_setaffinity(0, cpus)  # inherited by every process started below
     seconds = 0.5 if args.smoke else args.seconds
     create = not args.peers_if_cached
     infinity_env = None if args.skip_infinity else peer_env(*INFINITY, create=create)
