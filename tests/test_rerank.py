@@ -203,3 +203,14 @@ def test_rerank_requests_are_counted_under_their_endpoint(rerank_server) -> None
     before = ok_count()
     assert post(rerank_server, "/rerank", {"model": MODEL, "query": QUERY, "documents": DOCUMENTS})[0] == 200
     assert ok_count() == before + 1
+
+
+def test_the_cross_encoder_as_listed(rerank_server) -> None:
+    """ModelInfo lists SIE's output types (not the tokens output every text model has); the
+    activation read from config.json shows in the model's configuration."""
+    with urllib.request.urlopen(f"http://{rerank_server.http_url}/v1/models/{MODEL}", timeout=10) as reply:
+        info = json.loads(reply.read())
+    assert (info["outputs"], info["max_sequence_length"], info["loaded"]) == (["score"], 512, True)
+    with urllib.request.urlopen(f"http://{rerank_server.http_url}/v2/models/{MODEL}/config", timeout=10) as reply:
+        config = json.loads(reply.read())
+    assert config["parameters"]["activation"]["string_value"] == "sigmoid"
