@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from helpers import EXAMPLES, Server, start_server
+from helpers import EXAMPLES, Server, TextModels, build_text_models, start_server
 
 if TYPE_CHECKING:
     import tritonclient.grpc as grpcclient
@@ -67,3 +67,9 @@ def collector() -> Iterator[tuple[str, list[Any]]]:
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces", spans
     server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def text_models(tmp_path_factory: pytest.TempPathFactory) -> TextModels:
+    """The text models of `make models`, built once per session (../shared/models, else PyPI)."""
+    return build_text_models(tmp_path_factory.mktemp("text-models"))

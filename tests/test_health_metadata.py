@@ -9,7 +9,7 @@ import tritonclient.grpc as grpcclient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from helpers import EXAMPLES, start_server
+from helpers import EXAMPLES, host_gpus, start_server
 
 
 def test_live_ready_and_server_metadata(client: grpcclient.InferenceServerClient) -> None:
@@ -63,8 +63,11 @@ def test_model_config(client: grpcclient.InferenceServerClient) -> None:
     assert config.name == "simple"
     assert config.max_batch_size == 8
     assert [i.name for i in config.input] == ["INPUT0", "INPUT1"]
-    assert config.instance_group[0].kind == config.instance_group[0].KIND_CPU
-    assert config.instance_group[0].count >= 1
+    # no instance group in its config: one instance per GPU where CUDA is usable, else two CPU instances
+    group = config.instance_group[0]
+    gpus = host_gpus()
+    assert (group.kind, list(group.gpus), group.count) == (
+        (group.KIND_GPU, list(range(gpus)), 1) if gpus else (group.KIND_CPU, [], 2))
     as_json = client.get_model_config("simple", as_json=True)
     assert as_json["config"]["input"][0]["data_type"] == "TYPE_INT32"
 

@@ -10,26 +10,21 @@ import urllib.request
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from onnx import TensorProto, helper
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
-from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from helpers import EXAMPLES, start_server
+from helpers import (EXAMPLES, Samples, add_model, host_gpus, make_model, matmul_model, metric, pending, scrape,
+                     start_server, wait_pending, wait_until)
 
 GOOD, BAD = 7, 3
 
 
-def scrape(port: int) -> dict[tuple[str, tuple], float]:
-    """Every sample as {(name, sorted labels): value}, parsed with prometheus-client's parser."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
-        assert reply.headers["Content-Type"].startswith("text/plain")
-        text = reply.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def value(samples, name: str, **labels) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+def deltas(before: Samples, after: Samples):
+    """``delta(name, **labels)``: how far a series moved; it must exist after (before, it may not yet)."""
+    def delta(name: str, **labels) -> float:
+        return metric(after, name, **labels) - before.get((name, tuple(sorted(labels.items()))), 0.0)
+    return delta
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +51,7 @@ def test_triton_families_count_exactly_what_was_sent(server) -> None:
             with pytest.raises(InferenceServerException):
                 client.infer("simple", _simple_inputs("FP32"))
     after = scrape(server.metrics_port)
-
-    def delta(name: str, **labels) -> float:
-        return value(after, name, **labels) - value(before, name, **labels)
-
+    delta = deltas(before, after)
     assert delta("nv_inference_request_success", **simple) == GOOD
     assert delta("nv_inference_request_failure", **simple, reason="OTHER") == BAD
     assert delta("nv_inference_count", **simple) == 2 * GOOD  # batch elements
@@ -67,19 +59,24 @@ def test_triton_families_count_exactly_what_was_sent(server) -> None:
     assert delta("nv_inference_request_latency_seconds_count", **simple) == GOOD
     for family in ("request", "queue", "compute_input", "compute_infer", "compute_output"):
         assert delta(f"nv_inference_{family}_duration_us", **simple) > 0, family
-    assert value(after, "nv_inference_pending_request_count", **simple) == 0
+    assert metric(after, "nv_inference_pending_request_count", **simple) == 0
     # SIE's families describe the same requests
     assert delta("sie_requests_total", model="simple", endpoint="infer", status="ok") == GOOD
     assert delta("sie_requests_total", model="simple", endpoint="infer", status="error") == BAD
     for phase in ("queue", "tokenization", "inference", "postprocessing", "total"):
         assert delta("sie_request_duration_seconds_count", model="simple", endpoint="infer", phase=phase) == GOOD
     assert delta("sie_batch_size_count", model="simple") == GOOD and delta("sie_batch_size_sum", model="simple") == 2 * GOOD
-    assert value(after, "sie_queue_depth", model="simple") == 0
-    assert value(after, "sie_model_loaded", model="simple", device="cpu") == 1
-    assert value(after, "sie_model_memory_bytes", model="simple", device="cpu") >= 0
-    assert not any(name.startswith("nv_gpu_") for name, _ in after)  # GPU families only on GPU hosts
-    assert value(after, "process_resident_memory_bytes") > 10e6
-    assert value(after, "process_cpu_seconds_total") > 0
+    assert metric(after, "sie_queue_depth", model="simple") == 0
+    gpus = host_gpus()
+    device = "cuda:0" if gpus else "cpu"  # `simple` has no instance group: KIND_GPU where CUDA is usable
+    assert metric(after, "sie_model_loaded", model="simple", device=device) == 1
+    assert metric(after, "sie_model_memory_bytes", model="simple", device=device) >= 0
+    # GPU families exactly on GPU hosts: one series per GPU
+    assert len({labels for name, labels in after if name == "nv_gpu_memory_total_bytes"}) == gpus
+    assert any(name.startswith("nv_gpu_") for name, _ in after) == bool(gpus)
+    assert f"execution provider: {f'CUDA ({gpus} GPU)' if gpus else 'CPU (no usable GPU)'}" in server.log()
+    assert metric(after, "process_resident_memory_bytes") > 10e6
+    assert metric(after, "process_cpu_seconds_total") > 0
 
 
 def test_http_metrics_use_route_patterns_and_skip_health(server) -> None:
@@ -95,16 +92,14 @@ def test_http_metrics_use_route_patterns_and_skip_health(server) -> None:
         urllib.request.urlopen(f"http://{server.http_url}{path}", timeout=10).read()
     after = scrape(server.http_port)  # /metrics on the HTTP port too
     pattern = "/v2/models/{model}/infer"
-
-    def delta(name: str, **labels) -> float:
-        return value(after, name, **labels) - value(before, name, **labels)
+    delta = deltas(before, after)
 
     assert delta("http_requests_total", method="POST", path=pattern, model="simple", status="200") == 2
     # a name the server does not know is labelled "unknown": clients cannot grow label cardinality
     assert delta("http_requests_total", method="POST", path=pattern, model="unknown", status="404") == 1
     assert delta("http_request_duration_seconds_count", method="POST", path=pattern, model="simple", status="200") == 2
     assert delta("http_request_body_bytes_count", method="POST", path=pattern, model="simple") == 2
-    assert value(after, "http_requests_in_flight", method="POST", path=pattern, model="simple") == 0
+    assert metric(after, "http_requests_in_flight", method="POST", path=pattern, model="simple") == 0
     paths = {dict(labels)["path"] for (name, labels) in after if name.startswith("http_") and "path" in dict(labels)}
     assert pattern in paths and "/v2/models/simple/infer" not in paths  # patterns, never concrete URIs
     assert not any("health" in p or "metrics" in p or "docs" in p for p in paths), paths
@@ -169,3 +164,50 @@ def test_metrics_can_be_turned_off(tmp_path) -> None:
             client.infer("simple", _simple_inputs())  # inference is unaffected
     finally:
         assert server.stop() == 0
+
+
+def test_failures_are_counted_by_their_triton_reason(tmp_path) -> None:
+    """``nv_inference_request_failure`` by ``reason``: a full queue is REJECTED, a request its client
+    cancels (running or queued) is CANCELED, and ONNX Runtime failing the execution is BACKEND."""
+    repository = tmp_path / "repo"
+    # 128 rows of 400 MatMuls [128, 1024] x [1024, 1024] on one thread: many seconds unless cancelled
+    add_model(repository, "slow", matmul_model(1024, depth=400),
+              "max_batch_size: 128\ninstance_group [{ kind: KIND_CPU count: 1 }]\n"
+              'parameters { key: "intra_op_thread_count" value { string_value: "1" } }\n'
+              "dynamic_batching { default_queue_policy { max_queue_size: 1 } }")
+    # ConstantOfShape of [2^31, 2^31] FP32: ORT fails the run (storage size overflow), nothing is allocated
+    add_model(repository, "overflow", make_model([helper.make_node("ConstantOfShape", ["INPUT0"], ["OUTPUT0"])],
+                                                 [("INPUT0", TensorProto.INT64, [2])],
+                                                 [("OUTPUT0", TensorProto.FLOAT, [None, None])]), "max_batch_size: 0")
+    server = start_server(repository, tmp_path / "logs")
+
+    def rows(count: int) -> list[grpcclient.InferInput]:
+        tensor = grpcclient.InferInput("INPUT0", [count, 1024], "FP32")
+        tensor.set_data_from_numpy(np.ones((count, 1024), np.float32))
+        return [tensor]
+
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            answers: list[object] = []
+            running = client.async_infer("slow", rows(128), lambda result, error: answers.append(error))
+            wait_pending(server, "slow", 1)  # on the only instance: the queue is empty again
+            queued = client.async_infer("slow", rows(1), lambda result, error: answers.append(error))
+            wait_pending(server, "slow", 2)  # waits in the queue of one
+            with pytest.raises(InferenceServerException, match="Exceeds maximum queue size"):
+                client.infer("slow", rows(1))
+            queued.cancel()
+            running.cancel()
+            wait_until(lambda: len(answers) == 2, "both cancelled calls to end")
+            wait_until(lambda: pending(server, "slow") == 0, "the cancelled requests to leave the server")
+            shape = grpcclient.InferInput("INPUT0", [2], "INT64")
+            shape.set_data_from_numpy(np.array([2**31, 2**31], np.int64))
+            with pytest.raises(InferenceServerException) as err:
+                client.infer("overflow", [shape])
+            assert err.value.status() == "StatusCode.INTERNAL"
+        samples = scrape(server.metrics_port)
+    finally:
+        assert server.stop() == 0
+    failures = {(dict(labels)["model"], dict(labels)["reason"]): value for (name, labels), value in samples.items()
+                if name == "nv_inference_request_failure"}
+    assert failures == {("slow", "REJECTED"): 1, ("slow", "CANCELED"): 2, ("overflow", "BACKEND"): 1}, failures
+    assert metric(samples, "sie_requests_total", model="slow", endpoint="infer", status="error") == 3

