@@ -330,3 +330,10 @@ def host_gpus() -> int:
         return int(pynvml.nvmlDeviceGetCount())
     except Exception:  # noqa: BLE001 - no driver or no device: a CPU host
         return 0
+
+
+def http_in_flight(server: Server, model: str, path: str = "/v2/models/{model}/infer", method: str = "POST") -> float:
+    """``http_requests_in_flight`` of a route and model: HTTP requests whose headers the server has read
+    and that are not answered yet (0 before the first, when the series does not exist yet)."""
+    return scrape(server.metrics_port).get(
+        ("http_requests_in_flight", (("method", method), ("model", model), ("path", path))), 0.0)

@@ -16,7 +16,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import add_model, matmul_model, start_server
+from helpers import add_model, matmul_model, start_server, wait_pending
 
 # 200 MatMuls of [rows, 512] x [512, 512] on one thread: seconds for 2,048 rows, milliseconds for one
 SLOW = matmul_model(512, depth=200)
@@ -72,7 +72,7 @@ def test_an_expired_request_leaves_the_batch_queue_at_once(server) -> None:
     client = grpcclient.InferenceServerClient(server.url)
     running: list[object] = []
     client.async_infer("slow_queue", _input(2048), lambda result, error: running.append(error), client_timeout=3)
-    time.sleep(0.5)  # the 2,048 rows run on the only instance
+    wait_pending(server, "slow_queue", 1)  # the 2,048 rows run on the only instance
     with pytest.raises(InferenceServerException) as err:
         client.infer("slow_queue", _input(1), client_timeout=0.5)  # queued, then expired
     assert "DEADLINE" in str(err.value.status())
@@ -87,7 +87,7 @@ def test_the_request_memory_pool_refuses_what_does_not_fit(server) -> None:
     client = grpcclient.InferenceServerClient(server.url)
     done: list[object] = []
     client.async_infer("slow", _input(2048), lambda result, error: done.append(error), client_timeout=3)
-    time.sleep(0.5)
+    wait_pending(server, "slow", 1)  # admitted: its share of the pool is taken
     with pytest.raises(InferenceServerException) as err:
         client.infer("slow", _input(2048), client_timeout=30)
     assert err.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
@@ -131,7 +131,7 @@ def test_a_rest_client_that_disconnects_frees_the_instance(server, model) -> Non
     with socket.create_connection(("127.0.0.1", server.http_port)) as connection:
         connection.sendall(f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: test\r\nContent-Length: {len(body)}\r\n"
                            f"Inference-Header-Content-Length: {len(header)}\r\n\r\n".encode() + body)
-        time.sleep(1.0)  # decoded and running on the only instance
+        wait_pending(server, model, 1)  # decoded and running on the only instance
         connection.setblocking(False)
         with pytest.raises(BlockingIOError):  # no answer yet: running (not refused by the memory pool)
             connection.recv(1)

@@ -18,7 +18,8 @@ from tritonclient.utils import InferenceServerException
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from helpers import EXAMPLES, add_model, identity_model, matmul_model, start_server
+from helpers import (EXAMPLES, add_model, http_in_flight, identity_model, matmul_model, start_server, wait_pending,
+                     wait_until)
 
 SIMPLE = {"inputs": [{"name": f"INPUT{i}", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16} for i in range(2)]}
 
@@ -58,26 +59,31 @@ def _upload_finish(sock: socket.socket, body: bytes) -> bytes:
 def test_drain_finishes_uploads_and_turns_new_requests_away(tmp_path) -> None:
     repository = tmp_path / "repo"
     add_model(repository, "identity", identity_model(1))  # FP32 [batch, n]
+    # one instance, a fraction of a second a request: the eight gRPC requests are all in flight at SIGTERM
+    add_model(repository, "slow", matmul_model(1024, depth=40), 'max_batch_size: 0\n'
+              'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1, 1024] }]\ninstance_group [{ kind: KIND_CPU count: 1 }]')
     server = start_server(repository, tmp_path, "--exit-timeout-secs", "60", "--http-body-timeout-secs", "300")
     base = f"http://{server.http_url}"
     data = np.arange(500_000, dtype=np.float32).reshape(1, -1) / 7  # 2 MB as binary, ~5 MB as JSON
     body = json.dumps({"inputs": [{"name": "INPUT0", "shape": list(data.shape), "datatype": "FP32",
                                    "data": data.ravel().tolist()}]}).encode()
     uploads = [_upload_start(server.http_port, body) for _ in range(4)]
+    wait_until(lambda: http_in_flight(server, "identity") == 4, "the four uploads to be admitted")
     grpc_results: queue.Queue = queue.Queue()
+    rows = np.ones((64, 1024), dtype=np.float32)
     with grpcclient.InferenceServerClient(server.url) as client:
         tensor = grpcclient.InferInput("INPUT0", list(data.shape), "FP32")
         tensor.set_data_from_numpy(data)
         client.infer("identity", [tensor])  # connected and warm
+        slow = grpcclient.InferInput("INPUT0", list(rows.shape), "FP32")
+        slow.set_data_from_numpy(rows)
         keep_alive = requests.Session()
         assert keep_alive.get(f"{base}/v2/health/ready", timeout=30).status_code == 200  # an open keep-alive connection
         for _ in range(8):
-            client.async_infer("identity", [tensor], callback=lambda result, error: grpc_results.put((result, error)))
+            client.async_infer("slow", [slow], callback=lambda result, error: grpc_results.put((result, error)))
+        wait_pending(server, "slow", 8)
         server.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while "readiness off" not in server.log() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.5)
+        wait_until(lambda: "readiness off" in server.log(), "the drain to begin")
         # new requests during the drain: REST answers 503 + Retry-After (on a new or a kept-alive connection)
         for session in (requests, keep_alive):
             busy = session.post(f"{base}/v2/models/identity/infer", json=SIMPLE, timeout=30)  # type: ignore[attr-defined]
@@ -85,12 +91,15 @@ def test_drain_finishes_uploads_and_turns_new_requests_away(tmp_path) -> None:
             assert "Server exiting" in busy.json()["error"]
         assert requests.get(f"{base}/v2/health/ready", timeout=30).status_code == 503
         assert requests.get(f"{base}/v2/health/live", timeout=30).status_code == 200
-        with grpcclient.InferenceServerClient(server.url) as late:  # gRPC: a new call gets UNAVAILABLE
-            try:
-                late.is_server_ready(client_timeout=10)
-                raise AssertionError("a new gRPC call was served during the drain")
-            except InferenceServerException as err:
-                assert err.status() == "StatusCode.UNAVAILABLE"
+        with grpcclient.InferenceServerClient(server.url) as late:  # gRPC: new calls get UNAVAILABLE (0.2 s on)
+            def refused() -> bool:
+                try:
+                    late.is_server_ready(client_timeout=10)
+                    return False
+                except InferenceServerException as err:
+                    assert err.status() == "StatusCode.UNAVAILABLE", err
+                    return True
+            wait_until(refused, "the gRPC port to refuse new calls", timeout=10)
         # the uploads that began before SIGTERM complete
         for sock in uploads:
             answer = _upload_finish(sock, body)
@@ -99,7 +108,7 @@ def test_drain_finishes_uploads_and_turns_new_requests_away(tmp_path) -> None:
         got = [grpc_results.get(timeout=60) for _ in range(8)]
     assert [error for _, error in got] == [None] * 8, [str(e) for _, e in got if e]
     for result, _ in got:
-        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+        np.testing.assert_allclose(result.as_numpy("OUTPUT0"), rows, rtol=1e-4)
     assert server.proc.wait(timeout=60) == 0
     assert "server stopped" in server.log()
 
@@ -129,7 +138,7 @@ def test_exit_timeout_bounds_a_rest_upload_that_never_ends(tmp_path) -> None:
     body = json.dumps(SIMPLE).encode()
     stuck = socket.create_connection(("127.0.0.1", server.http_port), timeout=60)
     stuck.sendall(b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (len(body) + 10) + body)
-    time.sleep(0.5)
+    wait_until(lambda: http_in_flight(server, "simple") == 1, "the upload to be admitted")
     started = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(timeout=60) == 0
@@ -152,7 +161,7 @@ def test_stream_answers_what_it_read_then_ends(tmp_path) -> None:
         client.start_stream(callback=lambda result, error: results.put((result, error)))
         for _ in range(3):
             client.async_stream_infer("slow", [tensor])
-        time.sleep(0.3)  # read by the server, running one at a time
+        wait_pending(server, "slow", 3)  # read by the server, running one at a time
         server.proc.send_signal(signal.SIGTERM)
         got = [results.get(timeout=60) for _ in range(3)]
         client.stop_stream()

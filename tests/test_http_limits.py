@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from helpers import EXAMPLES, Server, start_server
+from helpers import EXAMPLES, Server, start_server, wait_until
 
 SIMPLE_BODY = json.dumps({"inputs": [
     {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
@@ -114,13 +114,13 @@ def test_chunk_cap_is_tritons(strict_server: Server, chunks: int, status: bytes)
 def test_connection_cap_answers_503(tmp_path) -> None:
     server = start_server(EXAMPLES, tmp_path, "--http-max-connections", "8")
     try:
+        def live() -> int:
+            return requests.get(f"http://{server.http_url}/v2/health/live", timeout=30).status_code
+
         held = [_connect(server) for _ in range(8)]
-        time.sleep(0.5)  # the server has accepted them
-        response = requests.get(f"http://{server.http_url}/v2/health/live", timeout=30)
-        assert response.status_code == 503
+        wait_until(lambda: live() == 503, "a ninth connection to be refused once the server holds the eight")
         for sock in held:
             sock.close()
-        time.sleep(0.5)
-        assert requests.get(f"http://{server.http_url}/v2/health/live", timeout=30).status_code == 200
+        wait_until(lambda: live() == 200, "connections to be served again once the eight are closed")
     finally:
         assert server.stop() == 0

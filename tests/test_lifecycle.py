@@ -15,7 +15,7 @@ from tritonclient.utils import InferenceServerException
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from helpers import EXAMPLES, add_model, matmul_model, slow_loading_model, start_server
+from helpers import EXAMPLES, add_model, matmul_model, slow_loading_model, start_server, wait_pending, wait_until
 
 SIZE = 1024
 # Declaring the input keeps max_batch_size 0 (with no tensors named, auto-complete would batch).
@@ -36,8 +36,7 @@ def test_sigterm_lets_in_flight_requests_finish_and_refuses_new_ones(tmp_path) -
         client.infer("slow", [tensor])  # warm up
         for _ in range(6):
             client.async_infer("slow", [tensor], callback=lambda result, error: results.put((result, error)))
-        time.sleep(1.0)  # every request has reached the server (the instance runs one at a time)
-        assert results.qsize() < 5, "requests finished too fast to be in flight at SIGTERM"
+        wait_pending(server, "slow", 6)  # every request has reached the server (the instance runs one at a time)
         server.proc.send_signal(signal.SIGTERM)
         got = [results.get(timeout=60) for _ in range(6)]
     assert [error for _, error in got] == [None] * 6, [str(e) for _, e in got if e] + [server.log()]
@@ -62,7 +61,7 @@ def test_exit_timeout_bounds_the_drain(tmp_path) -> None:
         tensor.set_data_from_numpy(data)
         for _ in range(40):  # far more work than one second
             client.async_infer("slow", [tensor], callback=lambda result, error: None)
-        time.sleep(0.5)
+        wait_pending(server, "slow", 40)
         started = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
         assert server.proc.wait(timeout=30) == 0
@@ -96,10 +95,8 @@ def test_not_ready_while_startup_models_load(tmp_path) -> None:
             assert not client.is_server_ready()
             assert health.Check(health_pb2.HealthCheckRequest(), timeout=2).status == health_pb2.HealthCheckResponse.NOT_SERVING
             assert [m.state for m in client.get_model_repository_index().models] in ([], ["LOADING"], [""])
-            deadline = time.monotonic() + 60
-            while not client.is_server_ready() and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert client.is_server_ready() and client.is_model_ready("slow_to_load")
+            wait_until(client.is_server_ready, "startup loading to end")
+            assert client.is_model_ready("slow_to_load")
             assert health.Check(health_pb2.HealthCheckRequest(), timeout=2).status == health_pb2.HealthCheckResponse.SERVING
         log = server.log()
         assert re.search(r"loaded model 'slow_to_load' versions \[1\] in \d+\.\d ms \(RSS [+-]\d+\.\d MiB\)", log)
@@ -134,7 +131,7 @@ def test_json_logs_with_a_line_per_failed_request(tmp_path) -> None:
         with grpcclient.InferenceServerClient(server.url) as client:
             with pytest.raises(InferenceServerException):
                 client.get_model_metadata("no_such_model")
-        time.sleep(0.2)
+        wait_until(lambda: "request failed" in server.log(), "the failed request's log line")
     finally:
         assert server.stop() == 0
     entries = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
@@ -166,9 +163,7 @@ def test_a_load_whose_client_gives_up_still_finishes(tmp_path) -> None:
         with grpcclient.InferenceServerClient(server.url) as client:
             with pytest.raises(InferenceServerException, match="Deadline Exceeded"):
                 client.load_model("slow_to_load", client_timeout=0.2)  # the load outlives its caller
-            deadline = time.monotonic() + 60
-            while not client.is_model_ready("slow_to_load") and time.monotonic() < deadline:
-                time.sleep(0.1)
+            wait_until(lambda: client.is_model_ready("slow_to_load"), "the load to finish")
             assert [m.state for m in client.get_model_repository_index().models] == ["READY"], server.log()
             data = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
             data.set_data_from_numpy(np.ones((1, 4), np.float32))
