@@ -158,8 +158,10 @@ class Server:
         return self.proc.wait(timeout=timeout)
 
 
-def start_server(repository: Path, log_dir: Path, *args: str, timeout: float = 60, wait_startup: bool = True) -> Server:
-    """Start the server on a free port; wait until its port is open and (by default) startup loading has ended."""
+def start_server(repository: Path, log_dir: Path, *args: str, timeout: float = 60, wait_startup: bool = True,
+                 env: dict[str, str] | None = None) -> Server:
+    """Start the server on a free port; wait until its port is open and (by default) startup loading has ended.
+    ``env``: variables added to this process's environment for the server."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"server-{time.monotonic_ns()}.log"
     with open(log_path, "w") as log:
@@ -167,7 +169,7 @@ def start_server(repository: Path, log_dir: Path, *args: str, timeout: float = 6
             [sys.executable, "-m", "kserve_v2", "serve", "--model-repository", str(repository),
              "--grpc-address", "127.0.0.1", "--grpc-port", "0", "--http-address", "127.0.0.1", "--http-port", "0",
              "--metrics-address", "127.0.0.1", "--metrics-port", "0", *args],
-            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
         )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

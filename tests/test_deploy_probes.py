@@ -30,7 +30,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy_support import BIN, KSERVE, KUSTOMIZE, kustomize, kustomize_with_component, load, one, with_repository
-from helpers import EXAMPLES, ROOT, add_model, matmul_model
+from helpers import EXAMPLES, ROOT, add_model, matmul_model, scrape, wait_until
 
 SIZE = 1024
 SLOW_CONFIG = (f'max_batch_size: 0\ninput [{{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1, {SIZE}] }}]\n'
@@ -195,12 +195,9 @@ def test_sigterm_turns_unready_first_and_in_flight_requests_finish_in_the_grace_
         client.infer("slow", [tensor])  # warm up
         for _ in range(6):
             client.async_infer("slow", [tensor], callback=lambda result, error: done.put((time.monotonic(), result, error)))
-        time.sleep(1.0)
-        assert done.qsize() < 5, "requests finished too fast to be in flight at SIGTERM"
-        with urllib.request.urlopen(f"http://127.0.0.1:{pod.port('metrics')}/metrics", timeout=10) as response:
-            families = {f.name: f for f in text_string_to_metric_families(response.read().decode())}
-        pending = {s.labels["model"]: s.value for s in families["nv_inference_pending_request_count"].samples}
-        assert pending["slow"] >= 1  # what the HPA scales on
+        # all six in flight, as the gauge the HPA scales on shows
+        wait_until(lambda: scrape(pod.port("metrics")).get(
+            ("nv_inference_pending_request_count", (("model", "slow"), ("version", "1")))) == 6, "six requests in flight")
         assert pod.probe("readinessProbe")
         sigterm = time.monotonic()
         pod.proc.send_signal(signal.SIGTERM)

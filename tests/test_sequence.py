@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from helpers import add_model, make_model, start_server
+from helpers import add_model, make_model, start_server, wait_pending
 
 INT32 = TensorProto.INT32
 ONE = [None, 1]
@@ -400,7 +400,7 @@ def test_idle_sequence_expires_and_frees_its_state(sequence_server) -> None:
     with grpcclient.InferenceServerClient(sequence_server.url) as client:
         assert _step(client, "acc_idle", 4, 4242, start=True) == 4
         assert _step(client, "acc_idle", 4, 4242) == 8
-        time.sleep(3.5)
+        time.sleep(3.5)  # idle: the duration is the feature (any request to 4242 would keep it alive)
         with pytest.raises(InferenceServerException, match="inference request for sequence 4242 to model "
                                                            "'acc_idle' must specify the START flag"):
             _step(client, "acc_idle", 4, 4242)
@@ -415,6 +415,7 @@ def test_backlogged_sequence_waits_for_a_slot(sequence_server) -> None:
         done: queue.Queue = queue.Queue()
         client.async_infer("controls", _inputs(grpcclient, 2, [1]), lambda result, error: done.put((result, error)),
                            sequence_id=2, sequence_start=True, sequence_end=True)
+        wait_pending(sequence_server, "controls", 1)  # it has reached the server, and there it waits
         with pytest.raises(queue.Empty):
             done.get(timeout=0.5)
         client.infer("controls", _inputs(grpcclient, 1, [1]), sequence_id=1, sequence_end=True)

@@ -7,13 +7,12 @@ server's ExportTraceServiceRequest messages and decodes them with opentelemetry-
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from helpers import EXAMPLES, start_server
+from helpers import EXAMPLES, start_server, wait_until
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -39,9 +38,7 @@ def test_traceparent_joins_the_callers_trace_over_http_and_grpc(collector, tmp_p
             for tensor in inputs:
                 tensor.set_data_from_numpy(np.ones((1, 16), np.int32))
             client.infer("simple", inputs, headers={"traceparent": f"00-{GRPC_TRACE_ID}-{PARENT_ID}-01"})
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and len({s.trace_id.hex() for s in spans} & {TRACE_ID, GRPC_TRACE_ID}) < 2:
-            time.sleep(0.1)
+        wait_until(lambda: {s.trace_id.hex() for s in spans} >= {TRACE_ID, GRPC_TRACE_ID}, "both traces exported", 30)
     finally:
         assert server.stop() == 0
     for trace_id in (TRACE_ID, GRPC_TRACE_ID):
@@ -101,3 +98,21 @@ def test_ensemble_steps_are_child_spans_of_the_ensemble_request(collector, tmp_p
     assert requests["simple_ensemble"].parent_span_id.hex() == PARENT_ID
     for step in ("preprocess_round", "simple"):
         assert requests[step].parent_span_id == requests["simple_ensemble"].span_id
+
+
+def test_the_standard_otlp_variable_turns_tracing_on_without_the_flag(collector, tmp_path) -> None:
+    """OTEL_EXPORTER_OTLP_TRACES_ENDPOINT in place of --trace-otlp-endpoint: spans reach that collector."""
+    endpoint, spans = collector
+    server = start_server(EXAMPLES, tmp_path, env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint})
+    try:
+        assert f"tracing: exporting spans over OTLP/HTTP to {endpoint}" in server.log()
+        with grpcclient.InferenceServerClient(server.url) as client:
+            assert client.get_trace_settings().settings["trace_level"].value == ["TIMESTAMPS"]
+            inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+            for tensor in inputs:
+                tensor.set_data_from_numpy(np.ones((1, 16), np.int32))
+            client.infer("simple", inputs, headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
+        wait_until(lambda: any(s.trace_id.hex() == TRACE_ID and s.name == "ModelInfer" for s in spans),
+                   "the request's span at the collector", 30)
+    finally:
+        assert server.stop() == 0
