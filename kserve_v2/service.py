@@ -6,6 +6,7 @@ transcode into the same calls. Nothing here imports a transport.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
@@ -32,6 +33,8 @@ from kserve_v2.tensors import pack_bytes
 from kserve_v2.text import NOT_TEXT, OutputKind, TextCall, TextContract, TextModelInfo
 from kserve_v2.trace_config import TraceConfig
 from kserve_v2.tracing import Tracing
+
+log = logging.getLogger(__name__)
 
 # Extensions this server implements (Triton's names, ServerMetadata.extensions).
 EXTENSIONS = ("classification", "model_repository", "model_repository(unload_dependents)", "model_configuration",
@@ -290,6 +293,9 @@ class InferenceService:
         if metrics is not None:
             metrics.succeeded(model.name, model.label, api, decoded.batch_size, execution.executions,
                               execution.tokens, total_ns, queue_ns, input_ns, infer_ns, output_ns)
+        # log_verbose_level > 0 (Triton's verbose log): a line per request; one level check otherwise
+        log.debug("%s request for model '%s' version %s: batch size %d, %.3f ms (queue %.3f ms)", api, model.name,
+                  model.label, decoded.batch_size, total_ns / 1e6, queue_ns / 1e6)
         return response, RequestReport(total_ns, queue_ns, input_ns, infer_ns, output_ns, execution.tokens,
                                        outputs=() if raw_outputs else tuple(arrays))
 
