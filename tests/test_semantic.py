@@ -23,7 +23,7 @@ from onnx import TensorProto, helper
 from prometheus_client.parser import text_string_to_metric_families
 from tokenizers import Tokenizer
 
-from helpers import ROOT, SENTENCES, VOCAB, TextModels, add_model, cosines, make_model, start_server
+from helpers import ROOT, SENTENCES, VOCAB, TextModels, add_model, cosines, make_model, start_server, wait_pending
 
 PII = ("Please send the contract to John Smith at john.smith@example.com or call him on (415) 555-0132. "
        "He lives at 1600 Pennsylvania Avenue, Washington, DC 20500.")
@@ -402,3 +402,94 @@ def test_a_bad_request_in_a_text_batch_fails_alone(text_server) -> None:
         replies = list(pool.map(lambda b: call(text_server, "/v1/encode/all-MiniLM-L6-v2-int8", b), bodies))
     assert [status for status, _, _ in replies] == [400 if i == 5 else 200 for i in range(12)]
     assert replies[5][2]["detail"]["code"] == "INPUT_TOO_LONG" and "Item 0:" in replies[5][2]["detail"]["message"]
+
+
+# ---- request parameters and queue limits --------------------------------------------------------
+
+def test_instruction_prefixes_each_text(text_server) -> None:
+    """``params.instruction`` changes a text model's output: the vector is the one of the prefixed text."""
+    instruction = "Represent this sentence for searching relevant passages:"
+
+    def dense(text: str, **params) -> np.ndarray:
+        status, _, body = call(text_server, "/v1/encode/all-MiniLM-L6-v2", {"items": [{"text": text}], "params": params})
+        assert status == 200, body
+        return np.array(body["items"][0]["dense"]["values"])
+
+    plain, instructed = dense(SENTENCES[0]), dense(SENTENCES[0], instruction=instruction)
+    assert float(plain @ instructed) < 0.99  # a different vector
+    np.testing.assert_allclose(instructed, dense(f"{instruction} {SENTENCES[0]}"), atol=1e-5)
+    # over gRPC the same request parameter does the same
+    text = grpcclient.InferInput("text", [1], "BYTES")
+    text.set_data_from_numpy(np.array([SENTENCES[0].encode()], dtype=object))
+    with grpcclient.InferenceServerClient(text_server.url) as client:
+        result = client.infer("all-MiniLM-L6-v2", [text], parameters={"instruction": instruction},
+                              outputs=[grpcclient.InferRequestedOutput("dense")])
+    np.testing.assert_allclose(result.as_numpy("dense")[0], instructed, atol=1e-5)
+
+
+def test_grpc_token_ids_model_reads_text_items_as_the_tokenizers_ids(text_server, text_models) -> None:
+    """Request parameter ``token_ids: "model"``: each ``text`` item is a JSON array of the model
+    tokenizer's ids (no special tokens), giving the vector of the text they encode."""
+    tokenizer = Tokenizer.from_file(str(text_models.tokenizer("all-MiniLM-L6-v2")))
+    ids = [json.dumps(tokenizer.encode(s, add_special_tokens=False).ids).encode() for s in SENTENCES]
+
+    def dense(items: list[bytes], **parameters) -> np.ndarray:
+        text = grpcclient.InferInput("text", [len(items)], "BYTES")
+        text.set_data_from_numpy(np.array(items, dtype=object))
+        with grpcclient.InferenceServerClient(text_server.url) as client:
+            result = client.infer("all-MiniLM-L6-v2", [text], parameters=parameters,
+                                  outputs=[grpcclient.InferRequestedOutput("dense")])
+        return result.as_numpy("dense")
+
+    from_text = dense([s.encode() for s in SENTENCES])
+    np.testing.assert_allclose(dense(ids, token_ids="model"), from_text, atol=1e-5)
+    assert float(dense(ids[:1])[0] @ from_text[0]) < 0.99  # without the parameter the brackets are text
+    with pytest.raises(grpcclient.InferenceServerException) as err:
+        dense([json.dumps([tokenizer.get_vocab_size() + 1]).encode()], token_ids="model")
+    assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
+    with pytest.raises(grpcclient.InferenceServerException, match="must be 'model'"):
+        dense(ids[:1], token_ids="tiktoken")
+
+
+def _slow_embedder(text_models: TextModels, repository) -> None:
+    """A text_embedding model built here: token embeddings through 400 [64, 64] MatMuls (tenths of a
+    second a text), one instance, a queue of one."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Gather", ["E", "input_ids"], ["h0"])]
+    nodes += [helper.make_node("MatMul", [f"h{i}", "W"], [f"h{i + 1}" if i < 399 else "last_hidden_state"])
+              for i in range(400)]
+    model = make_model(nodes, [("input_ids", TensorProto.INT64, [None, None]),
+                               ("attention_mask", TensorProto.INT64, [None, None])],
+                       [("last_hidden_state", TensorProto.FLOAT, [None, None, 64])])
+    model.graph.initializer.extend([
+        helper.make_tensor("E", TensorProto.FLOAT, [VOCAB, 64], rng.normal(size=VOCAB * 64).astype(np.float32).tolist()),
+        helper.make_tensor("W", TensorProto.FLOAT, [64, 64], (np.eye(64) * 1.001).astype(np.float32).ravel().tolist())])
+    folder = add_model(repository, "slow-embedder", model,
+                       'backend: "text_embedding"\ninstance_group [{ kind: KIND_CPU count: 1 }]\n'
+                       'parameters { key: "max_sequence_length" value { string_value: "256" } }\n'
+                       'parameters { key: "pooling" value { string_value: "mean" } }\n'
+                       'parameters { key: "intra_op_thread_count" value { string_value: "1" } }\n'
+                       "dynamic_batching { default_queue_policy { max_queue_size: 1 } }")
+    (folder / "1" / "tokenizer.json").symlink_to(text_models.tokenizer("all-MiniLM-L6-v2"))
+
+
+def test_a_full_queue_is_queue_full_on_the_semantic_routes(tmp_path, text_models) -> None:
+    """One request on the only instance, one in the queue of one: the next is SIE's QUEUE_FULL (503,
+    Retry-After) on /v1/encode, and OpenAI's server_error on /v1/embeddings."""
+    _slow_embedder(text_models, tmp_path / "repo")
+    server = start_server(tmp_path / "repo", tmp_path / "logs")
+    long = {"items": [{"text": LONG_TEXT} for _ in range(32)]}
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            running = pool.submit(call, server, "/v1/encode/slow-embedder", long)
+            wait_pending(server, "slow-embedder", 1)  # on the instance
+            queued = pool.submit(call, server, "/v1/encode/slow-embedder", {"items": [{"text": "x"}]})
+            wait_pending(server, "slow-embedder", 2)  # in the queue
+            status, headers, body = call(server, "/v1/encode/slow-embedder", {"items": [{"text": "y"}]})
+            assert (status, body["detail"]["code"], headers["Retry-After"]) == (503, "QUEUE_FULL", "1"), body
+            assert "Exceeds maximum queue size" in body["detail"]["message"]
+            status, _, body = call(server, "/v1/embeddings", {"model": "slow-embedder", "input": "y"})
+            assert (status, body["error"]["type"]) == (503, "server_error"), body
+            assert running.result()[0] == 200 and queued.result()[0] == 200
+    finally:
+        assert server.stop() == 0

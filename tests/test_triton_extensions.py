@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 
 import grpc
 import numpy as np
@@ -17,7 +18,7 @@ from onnx import TensorProto
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from helpers import EXAMPLES, add_model, identity_model, start_server
+from helpers import EXAMPLES, add_model, identity_model, start_server, wait_until
 
 GPUS_NOT_SUPPORTED = "failed to register CUDA shared memory region: '{}', GPUs not supported"
 
@@ -233,3 +234,31 @@ def test_bytes_that_onnx_runtime_cannot_take_name_the_input_and_element(server) 
             client.infer("simple_identity", [sent])
     assert err.value.status() == "400"
     assert "element 1 of BYTES input 'INPUT0' is not valid UTF-8" in err.value.message()
+
+
+def test_verbose_level_adds_a_debug_line_per_request_and_iso8601_changes_the_timestamps(tmp_path) -> None:
+    server = start_server(EXAMPLES, tmp_path)
+    inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.ones((1, 16), np.int32))
+    debug = "DEBUG kserve_v2.service: infer request for model 'simple' version 1: batch size 1"
+    try:
+        with httpclient.InferenceServerClient(server.http_url) as http, \
+                grpcclient.InferenceServerClient(server.url) as rpc:
+            rpc.infer("simple", inputs)  # level 0: no line
+            http.update_log_settings({"log_verbose_level": 1})
+            rpc.infer("simple", inputs)
+            wait_until(lambda: debug in server.log(), "the request's debug line")
+            http.update_log_settings({"log_verbose_level": 0, "log_format": "ISO8601"})
+            rpc.infer("simple", inputs)  # level 0 again: no line
+            with pytest.raises(InferenceServerException):
+                rpc.get_model_metadata("no_such_model")  # logged at INFO
+            wait_until(lambda: "request failed" in server.log(), "the failed request's line")
+    finally:
+        assert server.stop() == 0
+    lines = server.log().splitlines()
+    assert sum(debug in line for line in lines) == 1
+    ready = next(line for line in lines if "server is ready" in line)
+    failed = next(line for line in lines if "request failed" in line)
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO ", ready), ready  # Python's default asctime
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d INFO ", failed), failed  # ISO 8601
