@@ -37,6 +37,7 @@ from kserve_v2.repository.overrides import (LoadOverrides, OverrideError, parse_
 from kserve_v2.spec import ModelSpec
 
 log = logging.getLogger(__name__)
+DUPLICATE_REASON = "model appears in two or more repositories"  # Triton's RepositoryIndex reason
 
 
 class State(enum.Enum):
@@ -374,8 +375,13 @@ class ModelManager:
     def index(self, ready_only: bool) -> list[IndexEntry]:
         """RepositoryIndex rows: every model folder, one row per known version."""
         rows: list[IndexEntry] = []
-        for name in sorted(set(layout.model_dirs(self._repositories)) | set(self._records)):
+        folders = layout.model_dirs(self._repositories)
+        for name in sorted(set(folders) | set(self._records)):
             record = self._records.get(name)
+            if len(folders.get(name, ())) > 1:  # cannot load: UNAVAILABLE with Triton's reason
+                if not ready_only:
+                    rows.append(IndexEntry(name, "", State.UNAVAILABLE.value, DUPLICATE_REASON))
+                continue
             if record is None or not record.versions:
                 if record is not None and record.error and not ready_only:
                     rows.append(IndexEntry(name, "", State.UNAVAILABLE.value, record.error))
