@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import urllib.request
+
 import grpc
 import numpy as np
 import pytest
@@ -199,3 +202,59 @@ def test_non_strict_readiness_and_bad_configs(tmp_path) -> None:
             assert client.infer("scalar_1dim", [scalar_in]).as_numpy("OUTPUT0").tolist() == [2.5]
     finally:
         assert server.stop() == 0
+
+
+CHAIN = """name: "chain"
+platform: "ensemble"
+max_batch_size: 4
+input [{ name: "IN" data_type: TYPE_FP32 dims: [4] }]
+output [{ name: "OUT" data_type: TYPE_FP32 dims: [4] }]
+ensemble_scheduling { step [
+  { model_name: "doubler" model_version: -1 input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "mid" } },
+  { model_name: "tripler" model_version: -1 input_map { key: "INPUT0" value: "mid" } output_map { key: "OUTPUT0" value: "OUT" } }
+] }
+"""
+
+
+def test_several_repositories_serve_as_one(tmp_path) -> None:
+    """--model-repository twice: the models of both are served over gRPC and REST, an ensemble in one
+    runs steps from both, explicit load and unload find a model in either, and a name in both is
+    refused with its reason (Triton: a model name must be unique across the repositories)."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    add_model(first, "doubler", _scale_model(2.0))
+    add_model(second, "tripler", _scale_model(3.0))
+    (second / "chain" / "1").mkdir(parents=True)
+    (second / "chain" / "config.pbtxt").write_text(CHAIN)
+    for repository in (first, second):
+        add_model(repository, "twice", _scale_model(5.0))
+    server = start_server(first, tmp_path / "logs", "--model-repository", str(second), "--strict-readiness", "false")
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            index = {m.name: m for m in client.get_model_repository_index().models}
+            assert {name: m.state for name, m in index.items()} == {
+                "doubler": "READY", "tripler": "READY", "chain": "READY", "twice": "UNAVAILABLE"}
+            assert index["twice"].reason == "model appears in two or more repositories"  # Triton's text
+            assert _infer(client, "doubler")[0, 0] == 2.0 and _infer(client, "tripler")[0, 0] == 3.0
+            tensor = grpcclient.InferInput("IN", [1, 4], "FP32")
+            tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
+            assert client.infer("chain", [tensor]).as_numpy("OUT").tolist() == [[6.0] * 4]
+        body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1] * 4}]})
+        with urllib.request.urlopen(urllib.request.Request(f"http://{server.http_url}/v2/models/tripler/infer",
+                                                           data=body.encode()), timeout=30) as reply:
+            assert json.loads(reply.read())["outputs"][0]["data"] == [3.0] * 4
+    finally:
+        assert server.stop() == 0
+    explicit = start_server(first, tmp_path / "explicit", "--model-repository", str(second),
+                            "--model-control-mode", "explicit")
+    try:
+        with grpcclient.InferenceServerClient(explicit.url) as client:
+            for name in ("tripler", "doubler"):  # from the second repository, then the first
+                client.load_model(name)
+            client.load_model("chain")
+            assert _infer(client, "tripler")[0, 0] == 3.0 and _infer(client, "doubler")[0, 0] == 2.0
+            client.unload_model("tripler")
+            assert not client.is_model_ready("tripler") and client.is_model_ready("doubler")
+            with pytest.raises(InferenceServerException, match="appears in more than one model repository"):
+                client.load_model("twice")
+    finally:
+        assert explicit.stop() == 0
