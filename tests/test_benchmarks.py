@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from helpers import ROOT, SHARED_MODELS
+from helpers import ROOT, SHARED_MODELS, perf_analyzer
 
 
 @pytest.mark.skipif(not (SHARED_MODELS / "all-MiniLM-L6-v2").is_dir(), reason="needs ../shared/models")
@@ -25,6 +25,7 @@ def test_comparison_harness_prints_its_table() -> None:
     """benchmarks/compare.py --smoke: ours, the ceiling servers and MLServer (from PyPI) measured in one run, a row
     per case. Triton's environment (a 450 MB wheel) is not downloaded here: its column is measured only when
     `make bench` has already put it in the cache (--triton-if-cached), else it shows "-"."""
+    perf_analyzer()  # or skip, saying why
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare.py"), "--smoke", "--triton-if-cached"],
                           capture_output=True, text=True, timeout=1500, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -69,6 +70,7 @@ def test_memory_harness_prints_its_table() -> None:
 
 def test_cpu_per_request_harness_prints_its_table() -> None:
     """benchmarks/cpu_per_request.py: a row per server with CPU time per request, from a real perf_analyzer load."""
+    perf_analyzer()  # or skip, saying why
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu_per_request.py"), "--protocols", "grpc",
                            "--rounds", "1", "--seconds", "1"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
 import subprocess
 import time
 import urllib.request
@@ -19,9 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import (InferenceServerException, deserialize_bytes_tensor, serialize_byte_tensor,
                                serialized_byte_size)
 
-from helpers import EXAMPLES, ROOT, start_server
+from helpers import EXAMPLES, perf_analyzer, start_server
 
-SHARED_TOOLS = ROOT.parent / "shared" / "tools"
 
 BYTES_16 = 16 * 4  # sixteen INT32
 
@@ -265,9 +263,7 @@ def test_unregister_during_inference_is_refused_until_it_ends(shm_server, protoc
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_perf_analyzer_runs_with_system_shared_memory(shm_server, tmp_path, protocol) -> None:
     """perf_analyzer -i {grpc,http} --shared-memory system: registers, infers, unregisters all, cleanly."""
-    tool = shutil.which("perf_analyzer") or (SHARED_TOOLS / "perf_analyzer")
-    if not Path(tool).exists():
-        pytest.skip("perf_analyzer is neither on PATH nor in ../shared/tools")
+    tool = perf_analyzer()
     url = shm_server.url if protocol == "grpc" else shm_server.http_url
     report = tmp_path / "report.csv"
     run = subprocess.run([str(tool), "-m", "simple", "-i", protocol, "-u", url, "--shared-memory", "system",
