@@ -323,9 +323,10 @@ def wait_pending(server: Server, model: str, count: int, timeout: float = 60) ->
 
 
 def host_gpus() -> int:
-    """GPUs a server on this host uses: NVML's device count where ONNX Runtime has its CUDA execution
-    provider, else 0. Found independently of the server's own detection (which asks the CUDA driver),
-    so tests expect ``KIND_GPU``, ``device="cuda:0"`` and the ``nv_gpu_*`` families exactly on GPU hosts."""
+    """GPUs a server on this host uses: NVML's device count (within CUDA_VISIBLE_DEVICES) where ONNX
+    Runtime has its CUDA execution provider, else 0. Found independently of the server's own
+    detection (which asks the CUDA driver), so tests expect ``KIND_GPU``, ``device="cuda:0"`` and
+    the ``nv_gpu_*`` families exactly on GPU hosts."""
     import onnxruntime
 
     if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
@@ -334,9 +335,14 @@ def host_gpus() -> int:
         import pynvml
 
         pynvml.nvmlInit()
-        return int(pynvml.nvmlDeviceGetCount())
+        count = int(pynvml.nvmlDeviceGetCount())
     except Exception:  # noqa: BLE001 - no driver or no device: a CPU host
         return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # NVML sees every GPU, CUDA only these
+    if visible is not None:
+        entries = [e.strip() for e in visible.split(",")]
+        count = min(count, len(entries[:entries.index("-1")] if "-1" in entries else [e for e in entries if e]))
+    return count
 
 
 def http_in_flight(server: Server, model: str, path: str = "/v2/models/{model}/infer", method: str = "POST") -> float:

@@ -178,7 +178,8 @@ def test_failures_are_counted_by_their_triton_reason(tmp_path) -> None:
     # ConstantOfShape of [2^31, 2^31] FP32: ORT fails the run (storage size overflow), nothing is allocated
     add_model(repository, "overflow", make_model([helper.make_node("ConstantOfShape", ["INPUT0"], ["OUTPUT0"])],
                                                  [("INPUT0", TensorProto.INT64, [2])],
-                                                 [("OUTPUT0", TensorProto.FLOAT, [None, None])]), "max_batch_size: 0")
+                                                 [("OUTPUT0", TensorProto.FLOAT, [None, None])]),
+              "max_batch_size: 0\ninstance_group [{ kind: KIND_CPU }]")  # the same failure on GPU hosts
     server = start_server(repository, tmp_path / "logs")
 
     def rows(count: int) -> list[grpcclient.InferInput]:
