@@ -83,18 +83,21 @@ def test_queue_delay_lets_a_batch_grow() -> None:
 
 
 def test_full_queue_is_refused() -> None:
-    async def never(members: list[Feeds], names: Sequence[str], parameters: Mapping[str, Parameter]
-                    ) -> tuple[list[Execution | Exception], int, int]:
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
-
     async def main() -> None:
+        running = asyncio.Event()
+
+        async def never(members: list[Feeds], names: Sequence[str], parameters: Mapping[str, Parameter]
+                        ) -> tuple[list[Execution | Exception], int, int]:
+            running.set()
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
         batcher = DynamicBatcher(text_format.Parse("default_queue_policy { max_queue_size: 1 }",
                                                    mc.ModelDynamicBatching()), 1, 1, never)
         first = asyncio.ensure_future(batcher.submit(rows(1), [], {}, 1))
-        await asyncio.sleep(0.05)  # the first is taken into a batch that never ends
+        await running.wait()  # the first is taken into a batch that never ends
         second = asyncio.ensure_future(batcher.submit(rows(1), [], {}, 1))
-        await asyncio.sleep(0.05)  # the second waits in the queue for the one instance
+        await asyncio.sleep(0)  # the second runs to its queue place, where it waits for the one instance
         with pytest.raises(Overloaded, match="Exceeds maximum queue size"):
             await batcher.submit(rows(1), [], {}, 1)
         for task in (first, second):
