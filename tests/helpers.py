@@ -364,3 +364,30 @@ def perf_analyzer() -> str:
         pytest.skip("perf_analyzer is neither on PATH nor in ../shared/tools (`pip install perf-analyzer` where "
                     "its wheel installs; see the README's Benchmarks)")
     return found
+
+
+def admitted(metrics_port: int, model: str, version: str = "1") -> tuple[float, float]:
+    """(requests of a model version the server has admitted so far, those of them still in flight):
+    the pending gauge plus the success and failure counters."""
+    admitted_so_far = in_flight = 0.0
+    for (name, labels), value in scrape(metrics_port).items():
+        found = dict(labels)
+        if (found.get("model"), found.get("version")) != (model, version):
+            continue
+        if name == "nv_inference_pending_request_count":
+            in_flight = value
+        if name in ("nv_inference_pending_request_count", "nv_inference_request_success",
+                    "nv_inference_request_failure"):
+            admitted_so_far += value
+    return admitted_so_far, in_flight
+
+
+def wait_admitted(metrics_port: int, model: str, count: float, timeout: float = 60) -> float:
+    """Wait until ``count`` requests of ``model`` (counted as ``admitted`` counts) have reached the
+    server; returns how many of them are still in flight then. Unlike waiting for ``count`` in flight,
+    this holds however fast the first ones finish."""
+    def all_there() -> tuple[float] | None:
+        seen, in_flight = admitted(metrics_port, model)
+        return (in_flight,) if seen >= count else None  # a tuple: true even when none is in flight
+
+    return wait_until(all_there, f"{count} requests of '{model}' admitted", timeout)[0]

@@ -18,7 +18,7 @@ from tritonclient.utils import InferenceServerException
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from helpers import (EXAMPLES, add_model, http_in_flight, identity_model, matmul_model, start_server, wait_pending,
+from helpers import (EXAMPLES, add_model, http_in_flight, identity_model, matmul_model, start_server, wait_admitted,
                      wait_until)
 
 SIMPLE = {"inputs": [{"name": f"INPUT{i}", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16} for i in range(2)]}
@@ -59,7 +59,7 @@ def _upload_finish(sock: socket.socket, body: bytes) -> bytes:
 def test_drain_finishes_uploads_and_turns_new_requests_away(tmp_path) -> None:
     repository = tmp_path / "repo"
     add_model(repository, "identity", identity_model(1))  # FP32 [batch, n]
-    # one instance, a fraction of a second a request: the eight gRPC requests are all in flight at SIGTERM
+    # one instance, most of a second a request: the eight gRPC requests are admitted, most running, at SIGTERM
     add_model(repository, "slow", matmul_model(1024, depth=40), 'max_batch_size: 0\n'
               'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1, 1024] }]\ninstance_group [{ kind: KIND_CPU count: 1 }]')
     server = start_server(repository, tmp_path, "--exit-timeout-secs", "60", "--http-body-timeout-secs", "300")
@@ -70,7 +70,7 @@ def test_drain_finishes_uploads_and_turns_new_requests_away(tmp_path) -> None:
     uploads = [_upload_start(server.http_port, body) for _ in range(4)]
     wait_until(lambda: http_in_flight(server, "identity") == 4, "the four uploads to be admitted")
     grpc_results: queue.Queue = queue.Queue()
-    rows = np.ones((64, 1024), dtype=np.float32)
+    rows = np.ones((256, 1024), dtype=np.float32)
     with grpcclient.InferenceServerClient(server.url) as client:
         tensor = grpcclient.InferInput("INPUT0", list(data.shape), "FP32")
         tensor.set_data_from_numpy(data)
@@ -81,7 +81,7 @@ def test_drain_finishes_uploads_and_turns_new_requests_away(tmp_path) -> None:
         assert keep_alive.get(f"{base}/v2/health/ready", timeout=30).status_code == 200  # an open keep-alive connection
         for _ in range(8):
             client.async_infer("slow", [slow], callback=lambda result, error: grpc_results.put((result, error)))
-        wait_pending(server, "slow", 8)
+        assert wait_admitted(server.metrics_port, "slow", 8) >= 4  # all eight admitted, most still running
         server.proc.send_signal(signal.SIGTERM)
         wait_until(lambda: "readiness off" in server.log(), "the drain to begin")
         # new requests during the drain: REST answers 503 + Retry-After (on a new or a kept-alive connection)
@@ -161,7 +161,7 @@ def test_stream_answers_what_it_read_then_ends(tmp_path) -> None:
         client.start_stream(callback=lambda result, error: results.put((result, error)))
         for _ in range(3):
             client.async_stream_infer("slow", [tensor])
-        wait_pending(server, "slow", 3)  # read by the server, running one at a time
+        assert wait_admitted(server.metrics_port, "slow", 1 + 3) >= 2  # read by the server, running one at a time
         server.proc.send_signal(signal.SIGTERM)
         got = [results.get(timeout=60) for _ in range(3)]
         client.stop_stream()

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from helpers import add_model, make_model, matmul_model, start_server, wait_pending
+from helpers import add_model, make_model, matmul_model, start_server, wait_admitted
 
 
 def scale_model(factor: float):
@@ -226,7 +226,7 @@ def test_unload_waits_for_requests_in_flight(repository: Path, tmp_path: Path) -
             tensor.set_data_from_numpy(np.ones((512, 1024), np.float32))
             for _ in range(3):
                 client.async_infer("slow", [tensor], callback=lambda result, error: results.append(error))
-            wait_pending(server, "slow", 3)
+            assert wait_admitted(server.metrics_port, "slow", 3) >= 2  # unload comes while they run
             client.unload_model("slow")  # returns once the three have finished and the session is closed
             assert len(results) == 3 and results == [None, None, None]
             assert not client.is_model_ready("slow")
