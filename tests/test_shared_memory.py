@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
