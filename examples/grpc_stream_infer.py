@@ -29,6 +29,7 @@ for _ in range(8):
         sys.exit(f"stream error: {error}")
     got[result.get_response().id] = result.as_numpy("OUTPUT0")[0][0]
 client.stop_stream()
+client.close()  # the channel and its threads end here, not in interpreter shutdown
 print(got)
 if got != {f"request_{n}": n + 1 for n in range(8)}:
     sys.exit("wrong stream results")
