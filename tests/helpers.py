@@ -112,7 +112,11 @@ def build_text_models(target: Path) -> TextModels:
     spec = importlib.util.spec_from_file_location("fetch_text_models", ROOT / "examples" / "fetch_text_models.py")
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    sys.path.insert(0, str(ROOT / "examples"))  # the script imports its sibling build_cross_encoder
+    try:
+        spec.loader.exec_module(script)
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
     for name in ("all-MiniLM-L6-v2", "splade-tiny"):
         script.write_config(target, name)  # the configuration `make models` gives the real ones
     return TextModels(target, "pypi")
