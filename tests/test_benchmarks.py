@@ -10,7 +10,8 @@ import pytest
 from helpers import ROOT, SHARED_MODELS, perf_analyzer
 
 
-@pytest.mark.skipif(not (SHARED_MODELS / "all-MiniLM-L6-v2").is_dir(), reason="needs ../shared/models")
+@pytest.mark.skipif(not (SHARED_MODELS / "all-MiniLM-L6-v2").is_dir(),
+                    reason="benchmarks/encode.py measures fp32 MiniLM: ONNX in ../shared/models, on PyPI safetensors only")
 def test_encode_benchmark_prints_its_table() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "encode.py"), "--smoke"], capture_output=True,
                           text=True, timeout=300, cwd=ROOT)

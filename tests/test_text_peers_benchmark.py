@@ -14,7 +14,8 @@ import pytest
 from helpers import ROOT, SHARED_MODELS
 
 
-@pytest.mark.skipif(not (SHARED_MODELS / "all-MiniLM-L6-v2").is_dir(), reason="needs ../shared/models")
+@pytest.mark.skipif(not (SHARED_MODELS / "all-MiniLM-L6-v2").is_dir(),
+                    reason="benchmarks/text_peers.py measures fp32 MiniLM: ONNX in ../shared/models, on PyPI safetensors only")
 def test_text_peers_harness_prints_its_table() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "text_peers.py"), "--smoke", "--peers-if-cached"],
                           capture_output=True, text=True, timeout=1500, cwd=ROOT)
