@@ -16,8 +16,10 @@ shapes and sizes before anything is decoded (calibrated with ``benchmarks/memory
 
 A request over the per-request limit (``--max-request-decoded-bytes``) is refused; a request that
 would take the server's in-flight total over ``--request-memory-pool-bytes`` is refused too (not
-queued: the bytes it arrived with are freed at once, and the client retries; ``Retry-After`` over
-HTTP). Both are RESOURCE_EXHAUSTED / 413 (gRPC status codes: "some resource has been exhausted").
+queued: the bytes it arrived with are freed at once, and the client retries). The first is
+RESOURCE_EXHAUSTED / 413 (gRPC status codes: "some resource has been exhausted"): the same request
+will never fit; the second is UNAVAILABLE / 503 with ``Retry-After``, as Triton answers a full
+queue: the same request fits once others finish.
 Requests under 64 KiB on the wire are not counted (see ``request_cost``).
 """
 
@@ -28,7 +30,7 @@ from contextlib import contextmanager
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.datatypes import BY_V2, BYTES
-from kserve_v2.errors import TooLarge
+from kserve_v2.errors import Overloaded, TooLarge
 
 # Peak RSS growth of a fresh server over one request to an identity model (benchmarks/memory.py): gRPC
 # FP32 7.4-8.0x the message, REST binary FP32 2.0x the body; BYTES: 4,000,000 empty elements 94 bytes each,
@@ -42,8 +44,9 @@ SMALL_BYTES = 1 << 16
 _SHM_SIZE = "shared_memory_byte_size"
 
 
-class MemoryBusy(TooLarge):
-    """The server's in-flight request memory is in use (RESOURCE_EXHAUSTED / 413 with Retry-After)."""
+class MemoryBusy(Overloaded):
+    """The server's in-flight request memory is in use (UNAVAILABLE / 503 with Retry-After, as a full
+    queue; SIE's QUEUE_FULL)."""
 
 
 def request_cost(request: pb.ModelInferRequest, uses_shared_memory: bool,
@@ -104,7 +107,7 @@ class MemoryBudget:
 
         Raises:
             TooLarge: over the per-request limit -> RESOURCE_EXHAUSTED / 413.
-            MemoryBusy: the pool cannot hold it now -> RESOURCE_EXHAUSTED / 413 + Retry-After.
+            MemoryBusy: the pool cannot hold it now -> UNAVAILABLE / 503 + Retry-After.
         """
         if cost > self.max_request_bytes:
             raise TooLarge(f"the request for model '{model}' would take {cost} bytes once decoded, over the "

@@ -105,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
          "copies, plus per-element costs of BYTES tensors); more gets RESOURCE_EXHAUSTED / 413", type=int)
     flag("request-memory-pool-bytes", defaults.request_memory_pool_bytes,
          "most bytes all inference requests in flight may take together once decoded; a request that does "
-         "not fit gets RESOURCE_EXHAUSTED / 413 with Retry-After (it is not queued)", type=int)
+         "not fit gets UNAVAILABLE / 503 with Retry-After, as a full queue (it is not queued)", type=int)
     flag("allow-metrics", defaults.allow_metrics,
          "Prometheus metrics at /metrics on the metrics port and the HTTP port", type=_bool)
     flag("allow-client-shm", defaults.allow_client_shm,

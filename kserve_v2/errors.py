@@ -26,10 +26,21 @@ class ErrorCode(enum.Enum):
     INTERNAL = "internal"
 
 
+# seconds a client is asked to wait before retrying a request turned away for now (HTTP ``Retry-After``)
+RETRY_AFTER_S = 1
+
+
 class ServerError(Exception):
-    """Base of every error reported to a client; ``str(err)`` is the client-visible message."""
+    """Base of every error reported to a client; ``str(err)`` is the client-visible message.
+
+    Attributes:
+        code: the error class, which the transports' tables map to a gRPC status and an HTTP code.
+        retry_after: seconds after which the same request may succeed (HTTP ``Retry-After``), or
+            None when retrying the same request will not help.
+    """
 
     code: ClassVar[ErrorCode] = ErrorCode.INTERNAL
+    retry_after: ClassVar[int | None] = None
 
 
 class InvalidInput(ServerError):
@@ -59,9 +70,14 @@ class NotLoaded(Unavailable):
     """A model in the repository with no READY version, asked for by a semantic route (UNAVAILABLE /
     503 with Retry-After; SIE's MODEL_NOT_LOADED)."""
 
+    retry_after = RETRY_AFTER_S
+
 
 class Overloaded(Unavailable):
-    """A full request queue (UNAVAILABLE / 503 with Retry-After; SIE's QUEUE_FULL)."""
+    """A full request queue, or another capacity in use for now (UNAVAILABLE / 503 with Retry-After,
+    as Triton answers a full queue; SIE's QUEUE_FULL)."""
+
+    retry_after = RETRY_AFTER_S
 
 
 class Unsupported(ServerError):

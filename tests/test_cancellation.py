@@ -82,15 +82,15 @@ def test_an_expired_request_leaves_the_batch_queue_at_once(server) -> None:
 
 def test_the_request_memory_pool_refuses_what_does_not_fit(server) -> None:
     """45 MB pool: while a 4 MB gRPC request runs (costed 9 times its message: ~38 MB), a second one,
-    or a 4 MB REST one (3 times its binary data: ~12.6 MB), is RESOURCE_EXHAUSTED (413 + Retry-After
-    over HTTP); a small one still runs."""
+    or a 4 MB REST one (3 times its binary data: ~12.6 MB), is UNAVAILABLE (503 + Retry-After over
+    HTTP, as a full queue); a small one still runs."""
     client = grpcclient.InferenceServerClient(server.url)
     done: list[object] = []
     client.async_infer("slow", _input(2048), lambda result, error: done.append(error), client_timeout=3)
     wait_pending(server, "slow", 1)  # admitted: its share of the pool is taken
     with pytest.raises(InferenceServerException) as err:
         client.infer("slow", _input(2048), client_timeout=30)
-    assert err.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+    assert err.value.status() == "StatusCode.UNAVAILABLE"
     assert "--request-memory-pool-bytes" in err.value.message()
     body = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2048, 512],
                                    "parameters": {"binary_data_size": 2048 * 512 * 4}}]}).encode()
@@ -99,7 +99,7 @@ def test_the_request_memory_pool_refuses_what_does_not_fit(server) -> None:
                                      headers={"Inference-Header-Content-Length": str(len(body))})
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=30)
-    assert refused.value.code == 413 and refused.value.headers["Retry-After"] == "1"
+    assert refused.value.code == 503 and refused.value.headers["Retry-After"] == "1"
     assert client.infer("slow", _input(1), client_timeout=30).as_numpy("OUTPUT0").shape == (1, 512)
     with pytest.raises(InferenceServerException) as err:  # over the 40 MB per-request limit, whatever runs
         client.infer("slow", _input(4096), client_timeout=30)

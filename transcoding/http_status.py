@@ -12,8 +12,7 @@ from typing import Final
 
 from starlette.responses import JSONResponse
 
-from kserve_v2.budget import MemoryBusy
-from kserve_v2.errors import ErrorCode, NotLoaded, Overloaded, ServerError
+from kserve_v2.errors import ErrorCode, ServerError
 
 log = logging.getLogger(__name__)
 
@@ -30,14 +29,11 @@ TO_HTTP: Final[dict[ErrorCode, int]] = {
 }
 
 
-# seconds a client should wait after a full queue (the queue drains within a few batches)
-RETRY_AFTER_S = 1
-
-
 def error_headers(err: BaseException) -> dict[str, str]:
-    """Headers that go with an error: ``Retry-After`` for a full queue, for
-    a model that is not loaded (SIE's MODEL_NOT_LOADED) and for a full request memory pool."""
-    return {"Retry-After": str(RETRY_AFTER_S)} if isinstance(err, Overloaded | NotLoaded | MemoryBusy) else {}
+    """Headers that go with an error: ``Retry-After`` when the error class has a ``retry_after``
+    (a full queue or request memory pool, a model that is not loaded: SIE's MODEL_NOT_LOADED)."""
+    retry_after = err.retry_after if isinstance(err, ServerError) else None
+    return {} if retry_after is None else {"Retry-After": str(retry_after)}
 
 
 def error_response(err: BaseException) -> JSONResponse:

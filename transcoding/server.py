@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from kserve_v2.errors import RETRY_AFTER_S
 from transcoding.http_access import json_reply
 from transcoding.http_limits import ConnectionLimits, LimitedHttpToolsProtocol, protocol_class
-from transcoding.http_status import RETRY_AFTER_S
 
 # Paths that keep answering during the drain: the process is alive until it exits.
 LIVENESS_PATHS = frozenset({"/", "/v2/health/live", "/healthz"})
