@@ -1,28 +1,21 @@
-"""Requests that are not valid protobuf get INVALID_ARGUMENT with a plain message.
+"""Request parsing that never raises: bytes that are not valid protobuf become an ``Unparsable`` marker.
 
 grpc.aio reports a deserializer's exception as UNKNOWN with the Python exception's class in the
-message. Here each handler's deserializer is wrapped at registration (no cost per call beyond the
-parse itself): bytes that do not parse become an ``Unparsable`` marker, and the handler's behaviour
-ends such a call with INVALID_ARGUMENT (gRPC status codes, ``doc/statuscodes.md``: "the client
-specified an invalid argument").
+message. ``tolerant`` wraps a handler's deserializer (``kserve_v2.grpc.registration`` does it for
+every handler, at registration): bytes that do not parse become an ``Unparsable`` marker, which the
+wrapped behaviour ends with INVALID_ARGUMENT (gRPC status codes, ``doc/statuscodes.md``: "the
+client specified an invalid argument"). The parse also records the message's size for the handler
+(``RECEIVED_BYTES``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
-import grpc
 from google.protobuf.message import DecodeError
-
-if TYPE_CHECKING:  # grpc's classes are generic in their stubs only
-    Handler = grpc.RpcMethodHandler[Any, Any]
-    Context = grpc.aio.ServicerContext[Any, Any]
-    # The behaviours grpc.aio registers are coroutine functions (grpc's stubs type the synchronous API's).
-    StreamBehaviour = Callable[[AsyncIterator[Any], Context], AsyncIterator[Any]]
-    UnaryBehaviour = Callable[[Any, Context], Awaitable[Any]]
 
 
 # Bytes of the last request message this RPC's task parsed. grpc.aio parses a unary request in the task
@@ -38,7 +31,9 @@ class Unparsable:
     message: str
 
 
-def _tolerant(deserialize: Callable[[bytes], Any], what: str) -> Callable[[bytes], Any]:
+def tolerant(deserialize: Callable[[bytes], Any], what: str) -> Callable[[bytes], Any]:
+    """``deserialize`` returning ``Unparsable`` for bytes that are not a valid ``what``, and
+    setting ``RECEIVED_BYTES`` to the bytes' length."""
     def parse(data: bytes) -> Any:
         RECEIVED_BYTES.set(len(data))
         try:
@@ -46,72 +41,3 @@ def _tolerant(deserialize: Callable[[bytes], Any], what: str) -> Callable[[bytes
         except DecodeError:
             return Unparsable(f"the request is not a valid protobuf {what} message")
     return parse
-
-
-def checked(handler: Handler, method: str) -> Handler:
-    """``handler`` with a deserializer that never raises and a behaviour that refuses what did not parse."""
-    if handler.request_deserializer is None:
-        return handler
-    deserializer = _tolerant(handler.request_deserializer, method)
-    if handler.request_streaming and handler.response_streaming:
-        stream = cast("StreamBehaviour", handler.stream_stream)
-
-        async def stream_stream(requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
-            async def parsed() -> AsyncIterator[Any]:
-                async for request in requests:
-                    if isinstance(request, Unparsable):
-                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
-                    yield request
-            async for response in stream(parsed(), context):
-                yield response
-
-        return grpc.stream_stream_rpc_method_handler(stream_stream, deserializer, handler.response_serializer)
-    if not handler.request_streaming and not handler.response_streaming:
-        unary = cast("UnaryBehaviour", handler.unary_unary)
-
-        async def unary_unary(request: Any, context: Context) -> Any:
-            if isinstance(request, Unparsable):
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
-            return await unary(request, context)
-
-        return grpc.unary_unary_rpc_method_handler(unary_unary, deserializer, handler.response_serializer)
-    return handler
-
-
-class CheckedRegistration:
-    """Stands in for the server while generated ``add_*_to_server`` functions register handlers,
-    wrapping each with ``checked``."""
-
-    def __init__(self, server: grpc.aio.Server) -> None:
-        self._server = server
-
-    def add_registered_method_handlers(self, service: str, handlers: dict[str, Handler]) -> None:
-        """Register ``service``'s handlers on the server, each wrapped with ``checked``."""
-        self._server.add_registered_method_handlers(
-            service, {name: checked(handler, f"{service}.{name} request") for name, handler in handlers.items()})
-
-    def add_generic_rpc_handlers(self, handlers: tuple[grpc.GenericRpcHandler, ...]) -> None:
-        """Register generic handlers whose answers are wrapped with ``checked``."""
-        self._server.add_generic_rpc_handlers(tuple(_CheckedGeneric(h) for h in handlers))
-
-
-class _CheckedGeneric(grpc.GenericRpcHandler):
-    """grpc.aio asks a generic handler for every call (it has no registered methods): the wrapped
-    handler is built once per method and handler the inner one gives."""
-
-    def __init__(self, inner: grpc.GenericRpcHandler) -> None:
-        self._inner = inner
-        self._wrapped: dict[str, tuple[Handler, Handler]] = {}  # method -> (inner handler, wrapped)
-
-    def service(self, handler_call_details: grpc.HandlerCallDetails) -> Handler | None:
-        """The inner handler for the call, wrapped with ``checked`` (None when it has none)."""
-        handler = self._inner.service(handler_call_details)
-        if handler is None:
-            return None
-        method = handler_call_details.method
-        known = self._wrapped.get(method)
-        if known is not None and known[0] is handler:
-            return known[1]
-        wrapped = checked(handler, f"{method.strip('/').replace('/', '.')} request")
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped

@@ -10,7 +10,7 @@ from grpc_health.v1 import health_pb2_grpc
 from kserve_v2._proto import grpc_service_pb2_grpc as pb_grpc
 from kserve_v2.grpc.access import RestrictedProtocolInterceptor
 from kserve_v2.grpc.health import DrainingHealthServicer
-from kserve_v2.grpc.parsing import CheckedRegistration
+from kserve_v2.grpc.registration import CheckedRegistration
 from kserve_v2.grpc.servicer import Servicer
 from kserve_v2.restrictions import parse_restrictions
 from kserve_v2.service import InferenceService

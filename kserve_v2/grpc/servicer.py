@@ -1,7 +1,7 @@
 """GRPCInferenceService servicer: pure delegation to ``InferenceService``.
 
-Each RPC calls one service method; errors are turned into a gRPC status in one place
-(``status.abort``). ModelStreamInfer sends one ModelStreamInferResponse per request, echoing
+Each RPC calls one service method; its errors are turned into a gRPC status where the handlers are
+registered (``kserve_v2.grpc.registration``, with the one table of ``status``). ModelStreamInfer sends one ModelStreamInferResponse per request, echoing
 the request ``id``; a failed request is reported in ``error_message`` and the stream stays open
 (Triton's ``grpc_service.proto``, ``ModelStreamInfer``).
 """
@@ -9,39 +9,23 @@ the request ``id``; a failed request is reported in ``error_message`` and the st
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import grpc_service_pb2_grpc as pb_grpc
 from kserve_v2.grpc.parsing import RECEIVED_BYTES
-from kserve_v2.grpc.status import abort, describe
+from kserve_v2.grpc.status import describe
 from kserve_v2.service import InferenceService
 
-Req = TypeVar("Req")
-Resp = TypeVar("Resp")
 if TYPE_CHECKING:  # grpc's classes are generic in their stubs only
     Context = grpc.aio.ServicerContext[Any, Any]
 
 # Requests of one stream executed at once; further requests wait to be read (backpressure).
 STREAM_WINDOW = 64
 _DRAIN = "server draining"  # the cancel message that ends a stream's reading, not the stream
-
-
-async def _call(context: Context, method: Callable[[Req], Resp], request: Req) -> Resp:
-    try:
-        return method(request)
-    except Exception as err:  # noqa: BLE001 - every failure becomes a status
-        await abort(context, err)
-
-
-async def _call_async(context: Context, method: Callable[[Req], Awaitable[Resp]], request: Req) -> Resp:
-    try:
-        return await method(request)
-    except Exception as err:  # noqa: BLE001 - every failure becomes a status
-        await abort(context, err)
 
 
 class Servicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -58,68 +42,62 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
             reader.cancel(_DRAIN)
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Context) -> pb.ServerLiveResponse:
-        return await _call(context, self._service.server_live, request)
+        return self._service.server_live(request)
 
     async def ServerReady(self, request: pb.ServerReadyRequest, context: Context) -> pb.ServerReadyResponse:
-        return await _call(context, self._service.server_ready, request)
+        return self._service.server_ready(request)
 
     async def ModelReady(self, request: pb.ModelReadyRequest, context: Context) -> pb.ModelReadyResponse:
-        return await _call(context, self._service.model_ready, request)
+        return self._service.model_ready(request)
 
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Context) -> pb.ServerMetadataResponse:
-        return await _call(context, self._service.server_metadata, request)
+        return self._service.server_metadata(request)
 
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Context) -> pb.ModelMetadataResponse:
-        return await _call(context, self._service.model_metadata, request)
+        return self._service.model_metadata(request)
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
-        try:
-            # a W3C traceparent, when the caller traces; the metadata is read only when we trace (text
-            # entries: binary ``-bin`` metadata carries no trace context)
-            carrier = {key: value for key, value in context.invocation_metadata() or () if isinstance(value, str)
-                       } if self._service.traces else None
-            return await self._service.model_infer(request, carrier, RECEIVED_BYTES.get())
-        except Exception as err:  # noqa: BLE001 - every failure becomes a status
-            await abort(context, err)
+        carrier = _carrier(context) if self._service.traces else None  # the metadata is read only when we trace
+        return await self._service.model_infer(request, carrier, RECEIVED_BYTES.get())
 
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Context) -> pb.ModelConfigResponse:
-        return await _call(context, self._service.model_config, request)
+        return self._service.model_config(request)
 
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Context) -> pb.ModelStatisticsResponse:
-        return await _call(context, self._service.model_statistics, request)
+        return self._service.model_statistics(request)
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Context) -> pb.RepositoryIndexResponse:
-        return await _call(context, self._service.repository_index, request)
+        return self._service.repository_index(request)
 
     async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest, context: Context) -> pb.RepositoryModelLoadResponse:
-        return await _call_async(context, self._service.repository_model_load, request)
+        return await self._service.repository_model_load(request)
 
     async def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest, context: Context) -> pb.RepositoryModelUnloadResponse:
-        return await _call_async(context, self._service.repository_model_unload, request)
+        return await self._service.repository_model_unload(request)
 
     async def SystemSharedMemoryStatus(self, request: pb.SystemSharedMemoryStatusRequest, context: Context) -> pb.SystemSharedMemoryStatusResponse:
-        return await _call(context, self._service.system_shared_memory_status, request)
+        return self._service.system_shared_memory_status(request)
 
     async def SystemSharedMemoryRegister(self, request: pb.SystemSharedMemoryRegisterRequest, context: Context) -> pb.SystemSharedMemoryRegisterResponse:
-        return await _call(context, self._service.system_shared_memory_register, request)
+        return self._service.system_shared_memory_register(request)
 
     async def SystemSharedMemoryUnregister(self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context) -> pb.SystemSharedMemoryUnregisterResponse:
-        return await _call(context, self._service.system_shared_memory_unregister, request)
+        return self._service.system_shared_memory_unregister(request)
 
     async def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest, context: Context) -> pb.CudaSharedMemoryStatusResponse:
-        return await _call(context, self._service.cuda_shared_memory_status, request)
+        return self._service.cuda_shared_memory_status(request)
 
     async def CudaSharedMemoryRegister(self, request: pb.CudaSharedMemoryRegisterRequest, context: Context) -> pb.CudaSharedMemoryRegisterResponse:
-        return await _call(context, self._service.cuda_shared_memory_register, request)
+        return self._service.cuda_shared_memory_register(request)
 
     async def CudaSharedMemoryUnregister(self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context) -> pb.CudaSharedMemoryUnregisterResponse:
-        return await _call(context, self._service.cuda_shared_memory_unregister, request)
+        return self._service.cuda_shared_memory_unregister(request)
 
     async def TraceSetting(self, request: pb.TraceSettingRequest, context: Context) -> pb.TraceSettingResponse:
-        return await _call(context, self._service.trace_setting, request)
+        return self._service.trace_setting(request)
 
     async def LogSettings(self, request: pb.LogSettingsRequest, context: Context) -> pb.LogSettingsResponse:
-        return await _call(context, self._service.log_settings, request)
+        return self._service.log_settings(request)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
@@ -176,3 +154,8 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
             reader.cancel()
             for task in list(running):
                 task.cancel()
+
+
+def _carrier(context: Context) -> dict[str, str]:
+    """The call's text metadata, for a W3C ``traceparent`` (binary ``-bin`` entries carry no trace context)."""
+    return {key: value for key, value in context.invocation_metadata() or () if isinstance(value, str)}
