@@ -33,7 +33,8 @@ from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Execution, Parameter
 from kserve_v2.datatypes import BY_V2, BYTES
 from kserve_v2.errors import InvalidInput
-from kserve_v2.runtime.onnx import OnnxTensor, open_session
+from kserve_v2.runtime.onnx import open_session
+from kserve_v2.spec import TensorDeclaration
 from kserve_v2.text import InputKind, OutputKind, TextContract, TextInput, TextOutput
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -72,8 +73,8 @@ class TextAdapter(Generic[P]):
     """
 
     batchable = False
-    inputs: tuple[OnnxTensor, ...]
-    outputs: tuple[OnnxTensor, ...]
+    inputs: tuple[TensorDeclaration, ...]
+    outputs: tuple[TensorDeclaration, ...]
     text: TextContract
 
     def __init__(self, model_dir: Path, version: int, config: mc.ModelConfig) -> None:
@@ -217,24 +218,24 @@ V2_DATATYPES = {"float32": "FP32", "float16": "FP16", "int8": "INT8", "binary": 
                 "int64": "INT64"}
 
 
-def v2_interface(contract: TextContract) -> tuple[tuple[OnnxTensor, ...], tuple[OnnxTensor, ...]]:
+def v2_interface(contract: TextContract) -> tuple[tuple[TensorDeclaration, ...], tuple[TensorDeclaration, ...]]:
     """The V2 inputs and outputs a text contract implies.
 
     Inputs are BYTES, ``query`` [1] and the others [-1]. Each output gives, in order, its
     ``indices`` INT64 [-1], its ``values`` ([-1] for a scalar, a JSON document or a sparse value;
     [-1, width] for a vector, ``binary`` packing 8 components a byte) and its ``lengths`` INT64 [-1].
     """
-    inputs = tuple(OnnxTensor(i.kind.value, BYTES, (1,) if i.kind is InputKind.QUERY else (-1,), i.optional)
+    inputs = tuple(TensorDeclaration(i.kind.value, BYTES, (1,) if i.kind is InputKind.QUERY else (-1,), i.optional)
                    for i in contract.inputs)
-    outputs: list[OnnxTensor] = []
+    outputs: list[TensorDeclaration] = []
     for output in contract.outputs:
         if output.indices is not None:
-            outputs.append(OnnxTensor(output.indices, BY_V2["INT64"], (-1,)))
+            outputs.append(TensorDeclaration(output.indices, BY_V2["INT64"], (-1,)))
         width = (output.width + 7) // 8 if output.dtype == "binary" else output.width
         shape = (-1,) if not width or output.indices is not None else (-1, width)
-        outputs.append(OnnxTensor(output.values, BY_V2[V2_DATATYPES[output.dtype]], shape))
+        outputs.append(TensorDeclaration(output.values, BY_V2[V2_DATATYPES[output.dtype]], shape))
         if output.lengths is not None:
-            outputs.append(OnnxTensor(output.lengths, BY_V2["INT64"], (-1,)))
+            outputs.append(TensorDeclaration(output.lengths, BY_V2["INT64"], (-1,)))
     return inputs, tuple(outputs)
 
 

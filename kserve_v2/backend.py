@@ -17,7 +17,8 @@ from typing import Protocol
 import numpy as np
 
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.runtime.onnx import OnnxSession, OnnxTensor, open_session
+from kserve_v2.runtime.onnx import OnnxSession, open_session
+from kserve_v2.spec import TensorDeclaration
 from kserve_v2.text import OutputKind, TextContract
 
 ONNXRUNTIME = "onnxruntime"
@@ -64,8 +65,8 @@ class Executable(Protocol):
         text: what it takes and gives as a text model (``kserve_v2.text``); None for a tensor model.
     """
 
-    inputs: tuple[OnnxTensor, ...]
-    outputs: tuple[OnnxTensor, ...]
+    inputs: tuple[TensorDeclaration, ...]
+    outputs: tuple[TensorDeclaration, ...]
     on_cuda: bool
     batchable: bool
 

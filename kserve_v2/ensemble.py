@@ -37,7 +37,7 @@ from kserve_v2.datatypes import DType
 from kserve_v2.errors import InternalError, InvalidInput
 from kserve_v2.responses import set_parameter
 from kserve_v2.model import ModelVersion
-from kserve_v2.runtime.onnx import OnnxTensor
+from kserve_v2.spec import TensorDeclaration
 from kserve_v2.spec import MAX_MEMO, ModelSpec, TensorSpec
 from kserve_v2.tensors import from_raw, to_raw
 from kserve_v2.text import TextContract
@@ -339,8 +339,8 @@ class EnsembleVersion(ModelVersion):
 class _NoBackend:
     """An ensemble's stand-in for a backend: it has no graph; its steps run elsewhere."""
 
-    inputs: tuple[OnnxTensor, ...] = ()
-    outputs: tuple[OnnxTensor, ...] = ()
+    inputs: tuple[TensorDeclaration, ...] = ()
+    outputs: tuple[TensorDeclaration, ...] = ()
     on_cuda = False
     batchable = False
     batching: BatchStrategy | None = None

@@ -28,7 +28,7 @@ from kserve_v2 import datatypes
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.datatypes import BYTES, DType
 from kserve_v2.errors import ServerError
-from kserve_v2.runtime.onnx import OnnxTensor
+from kserve_v2.spec import TensorDeclaration
 from kserve_v2.tensors import from_raw
 
 Kind = mc.ModelSequenceBatching.Control
@@ -102,8 +102,8 @@ class SequenceSettings:
         return [s.output_name for s in self.states]
 
     @classmethod
-    def from_config(cls, config: mc.ModelConfig, model_dir: Path, inputs: Iterable[OnnxTensor],
-                    outputs: Iterable[OnnxTensor]) -> SequenceSettings:
+    def from_config(cls, config: mc.ModelConfig, model_dir: Path, inputs: Iterable[TensorDeclaration],
+                    outputs: Iterable[TensorDeclaration]) -> SequenceSettings:
         """Read ``config.sequence_batching`` and check it against the graph's tensors.
 
         Raises:
@@ -172,8 +172,8 @@ def _control(name: str, control: mc.ModelSequenceBatching.Control) -> Control:
     return Control(name, control.kind, dtype, np.array(values[0], dtype.numpy), np.array(values[1], dtype.numpy))
 
 
-def _state(state: mc.ModelSequenceBatching.State, model_dir: Path, graph_in: dict[str, OnnxTensor],
-           graph_out: dict[str, OnnxTensor], batched: bool) -> ImplicitState:
+def _state(state: mc.ModelSequenceBatching.State, model_dir: Path, graph_in: dict[str, TensorDeclaration],
+           graph_out: dict[str, TensorDeclaration], batched: bool) -> ImplicitState:
     dtype = datatypes.BY_CONFIG[mc.DataType.Name(state.data_type)] if state.data_type else None
     if dtype is None:
         raise SequenceConfigError(f"state '{state.input_name}' needs a data_type")
@@ -196,7 +196,7 @@ def _state(state: mc.ModelSequenceBatching.State, model_dir: Path, graph_in: dic
     return ImplicitState(state.input_name, state.output_name, dtype, initial)
 
 
-def _check_control(model: str, graph: dict[str, OnnxTensor], control: Control, batched: bool) -> None:
+def _check_control(model: str, graph: dict[str, TensorDeclaration], control: Control, batched: bool) -> None:
     """A control input is a model input of dims [1] (after the batch dim; a variable dim is accepted, which
     Triton refuses) and the control's datatype (Triton's onnxruntime backend checks and texts,
     ``ValidateBooleanSequenceControl``)."""
@@ -215,7 +215,7 @@ def _check_control(model: str, graph: dict[str, OnnxTensor], control: Control, b
                                   f"{control.dtype.config}")
 
 
-def _check_graph(graph: dict[str, OnnxTensor], name: str, dtype: DType, dims: tuple[int, ...], batched: bool,
+def _check_graph(graph: dict[str, TensorDeclaration], name: str, dtype: DType, dims: tuple[int, ...], batched: bool,
                  what: str) -> None:
     """The tensor exists in the graph with this datatype and, where the graph gives a shape, these dims
     (after a dynamic batch dim when batched)."""

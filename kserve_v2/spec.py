@@ -1,4 +1,5 @@
-"""A model's tensor interface, derived once from its ModelConfig.
+"""A model's tensor interface: as its backend declares it (``TensorDeclaration``), and as derived
+once from its completed ModelConfig (``ModelSpec``).
 
 ``ModelSpec`` is what request validation and ModelMetadata read: names, datatypes, dims,
 reshape and ``max_batch_size``. With ``max_batch_size > 0`` the first dim of every input and
@@ -17,6 +18,23 @@ from kserve_v2 import datatypes
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.datatypes import DType
 from kserve_v2.errors import InvalidInput
+
+
+@dataclass(frozen=True, slots=True)
+class TensorDeclaration:
+    """A model input or output as its backend declares it (an ``Executable``'s ``inputs`` and
+    ``outputs``, from which ``config.pbtxt`` is auto-completed and checked): name, datatype, shape
+    (-1 for symbolic dims), whether a request may omit it (inputs of backends with optional inputs,
+    and overridable initializers), and whether it is an ONNX graph input that has an initializer
+    (ONNX Runtime's overridable initializers: the initializer is used when a request omits it;
+    Triton's onnxruntime backend serves them as optional inputs a configuration may declare, and
+    does not auto-complete them)."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    optional: bool = False
+    overridable: bool = False
 
 
 @dataclass(frozen=True, slots=True)

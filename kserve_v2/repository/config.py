@@ -17,7 +17,7 @@ from google.protobuf import json_format, text_format
 
 from kserve_v2 import backend
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.runtime.onnx import OnnxTensor
+from kserve_v2.spec import TensorDeclaration
 from kserve_v2.sequence_config import reserved_names
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def complete_instances(config: mc.ModelConfig, gpus: int) -> None:
             raise ConfigError("instance group kind KIND_MODEL is not supported by the onnxruntime backend")
 
 
-def complete_tensors(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequence[OnnxTensor],
+def complete_tensors(config: mc.ModelConfig, inputs: Sequence[TensorDeclaration], outputs: Sequence[TensorDeclaration],
                      batchable: bool = True) -> None:
     """Fill max_batch_size, inputs and outputs the configuration leaves out, from the interface (in place).
 
@@ -139,7 +139,7 @@ def complete_tensors(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outpu
                       add_missing=not config.output)
 
 
-def validate(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequence[OnnxTensor]) -> None:
+def validate(config: mc.ModelConfig, inputs: Sequence[TensorDeclaration], outputs: Sequence[TensorDeclaration]) -> None:
     """Check a completed configuration against the model's interface, with the checks and texts of Triton's
     onnxruntime backend (``ValidateInputs`` / ``ValidateOutputs`` and ``CompareDimsSupported``).
 
@@ -169,12 +169,12 @@ def validate(config: mc.ModelConfig, inputs: Sequence[OnnxTensor], outputs: Sequ
         raise ConfigError(f"dynamic batching preferred size must be <= max batch size for {config.name}: {too_large}")
 
 
-def _batchable(inputs: Sequence[OnnxTensor], outputs: Sequence[OnnxTensor]) -> bool:
+def _batchable(inputs: Sequence[TensorDeclaration], outputs: Sequence[TensorDeclaration]) -> bool:
     tensors = list(inputs) + list(outputs)
     return bool(tensors) and all(t.shape and t.shape[0] == -1 for t in tensors)
 
 
-def _complete_tensors(declared: RepeatedCompositeFieldContainer[_Tensor], graph: Sequence[OnnxTensor], skip: int, add_missing: bool) -> None:
+def _complete_tensors(declared: RepeatedCompositeFieldContainer[_Tensor], graph: Sequence[TensorDeclaration], skip: int, add_missing: bool) -> None:
     by_name = {t.name: t for t in graph}
     for tensor in declared:
         found = by_name.get(tensor.name)
@@ -196,13 +196,13 @@ def _complete_tensors(declared: RepeatedCompositeFieldContainer[_Tensor], graph:
                 tensor.dims.extend(found.shape[skip:])
 
 
-def _data_type(found: OnnxTensor) -> mc.DataType:
+def _data_type(found: TensorDeclaration) -> mc.DataType:
     """The config enum of a graph tensor's datatype (the generated stubs type ``Value`` as a plain int)."""
     return cast("mc.DataType", mc.DataType.Value(found.dtype.config))
 
 
 def _validate_tensors(config: mc.ModelConfig, kind: str, declared: Sequence[mc.ModelInput] | Sequence[mc.ModelOutput],
-                      graph: Sequence[OnnxTensor]) -> None:
+                      graph: Sequence[TensorDeclaration]) -> None:
     """Each declared tensor against the model's (Triton's onnxruntime backend texts)."""
     model = config.name
     by_name = {t.name: t for t in graph}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +16,11 @@ import onnxruntime as ort
 
 from kserve_v2 import datatypes
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.datatypes import BF16, BYTES, DType
+from kserve_v2.datatypes import BF16, BYTES
 from kserve_v2.cancellation import current
 from kserve_v2.errors import Cancelled, InvalidInput
 from kserve_v2.runtime.device import CPU_EP, CUDA_EP
+from kserve_v2.spec import TensorDeclaration
 
 _GRAPH_LEVELS = {
     -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -30,21 +30,6 @@ _BF16_ONNX_ELEMENT_TYPE = 16
 # ORT statuses a kernel returns for values it cannot work on (the request's fault, not the server's)
 _VALUE_ERRORS = (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
                  ort.capi.onnxruntime_pybind11_state.RuntimeException)
-
-
-@dataclass(frozen=True, slots=True)
-class OnnxTensor:
-    """A model input or output: name, datatype, shape (-1 for symbolic dims), whether a request
-    may omit it (inputs of backends with optional inputs, and overridable initializers), and
-    whether it is an ONNX graph input that has an initializer (ONNX Runtime's overridable
-    initializers: the initializer is used when a request omits it; Triton's onnxruntime backend
-    serves them as optional inputs a configuration may declare, and does not auto-complete them)."""
-
-    name: str
-    dtype: DType
-    shape: tuple[int, ...]
-    optional: bool = False
-    overridable: bool = False
 
 
 def session_options(parameters: Mapping[str, str], graph_level: int) -> ort.SessionOptions:
@@ -182,12 +167,12 @@ class OnnxSession:
         return [_from_ort_value(value) for value in results]
 
 
-def _tensor(arg: ort.NodeArg, overridable: bool = False) -> OnnxTensor:
+def _tensor(arg: ort.NodeArg, overridable: bool = False) -> TensorDeclaration:
     dtype = datatypes.BY_ONNX.get(arg.type)
     if dtype is None:
         raise ValueError(f"tensor '{arg.name}' has type {arg.type}, which the V2 protocol cannot carry")
     shape = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (arg.shape or []))
-    return OnnxTensor(arg.name, dtype, shape, optional=overridable, overridable=overridable)
+    return TensorDeclaration(arg.name, dtype, shape, optional=overridable, overridable=overridable)
 
 
 def _value_error(message: str, inputs: list[str]) -> str:

@@ -11,7 +11,7 @@ from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.datatypes import BY_V2
 from kserve_v2.repository import config as cfg
 from kserve_v2.repository.config import ConfigError
-from kserve_v2.runtime.onnx import OnnxTensor
+from kserve_v2.spec import TensorDeclaration as OnnxTensor
 from kserve_v2.sequence_config import SequenceConfigError, SequenceSettings
 
 FP32, INT64 = BY_V2["FP32"], BY_V2["INT64"]
