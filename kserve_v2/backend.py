@@ -1,28 +1,31 @@
 """The backend interface: what a loaded model version executes, and the registry of backends.
 
 A model's ``config.pbtxt`` names its backend (Triton's ``backend`` field). ``onnxruntime`` is
-built in: the graph's tensors are the model's V2 interface. Other backends (the text adapters in
-``adapters/``) are found through the ``kserve_v2.backends`` entry-point group, so the core never
-imports them; each entry point names a ``Backend`` (its opener, and what its models offer).
+built in (``kserve_v2.runtime.onnx``: the graph's tensors are the model's V2 interface). Other
+backends (the text adapters in ``adapters/``) are found through the ``kserve_v2.backends``
+entry-point group; each entry point names a ``Backend`` (its opener, and what its models offer).
+The built-in one is found the same way, by its module's name, so this interface imports no
+backend: neither ONNX Runtime nor the adapters.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.runtime.onnx import OnnxSession, open_session
 from kserve_v2.spec import TensorDeclaration
 from kserve_v2.text import OutputKind, TextContract
 
 ONNXRUNTIME = "onnxruntime"
 ENTRY_POINT_GROUP = "kserve_v2.backends"
+# the built-in backend, found as an installed one is
+_BUILT_IN = EntryPoint(ONNXRUNTIME, "kserve_v2.runtime.onnx:BACKEND", ENTRY_POINT_GROUP)
 # A request parameter's value, as the V2 protocol carries it
 Parameter = bool | int | float | str
 
@@ -128,68 +131,13 @@ class Backend:
     offers: tuple[OutputKind, ...] = ()
 
 
-class OnnxModel:
-    """The built-in backend: an ONNX graph whose tensors are the V2 interface."""
-
-    batchable = True
-    batching: BatchStrategy | None = None
-    text: TextContract | None = None
-
-    def __init__(self, session: OnnxSession) -> None:
-        self._session = session
-        self.inputs, self.outputs, self.on_cuda = session.inputs, session.outputs, session.on_cuda
-
-    def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                parameters: Mapping[str, Parameter]) -> Execution:
-        """``OnnxSession.run``; request parameters do not concern the graph."""
-        return Execution(self._session.run(feeds, output_names))
-
-
-def open_onnx(model_dir: Path, version: int, config: mc.ModelConfig) -> OnnxModel:
-    """Open ``<model_dir>/<version>/<default_model_filename>`` (a file, or a folder with model.onnx).
-
-    A configured file name must resolve (symlinks too) inside the model folder.
-
-    Raises:
-        FileNotFoundError: no model file; ValueError: a configured name leaving the folder;
-            anything ORT raises for an invalid model.
-    """
-    relative = Path(str(version), config.default_model_filename or "model.onnx")
-    path = model_dir / relative
-    if config.default_model_filename:
-        path = confined_file(model_dir, relative, "default_model_filename", config.name)
-    path = path / "model.onnx" if path.is_dir() else path
-    if not path.is_file():
-        raise FileNotFoundError(f"model file '{relative}' not found")
-    return OnnxModel(open_session(path, config))
-
-
-def confined_file(model_dir: Path, relative: Path, where: str, name: str) -> Path:
-    """``model_dir / relative`` with symlinks resolved, if it stays inside the (resolved) model folder.
-
-    Raises:
-        ValueError: the resolved path leaves the folder - the same message whether or not the
-            target exists, naming the model and the rule, never a host path.
-    """
-    root = model_dir.resolve()
-    path = (root / relative).resolve()
-    if not path.is_relative_to(root):
-        raise ValueError(f"model '{name}': {where} must be a relative path inside the model folder")
-    return path
-
-
-ONNX_BACKEND = Backend(open_onnx)
-
-
 def find(name: str) -> Backend | None:
     """Backend ``name``: built in, or an installed entry point's ``Backend``; None if unknown.
 
     Raises:
         TypeError: the entry point names something that is not a ``Backend``.
     """
-    if name == ONNXRUNTIME:
-        return ONNX_BACKEND
-    for entry in entry_points(group=ENTRY_POINT_GROUP, name=name):
+    for entry in (_BUILT_IN,) if name == ONNXRUNTIME else entry_points(group=ENTRY_POINT_GROUP, name=name):
         found = entry.load()
         if not isinstance(found, Backend):
             raise TypeError(f"entry point '{name}' of {ENTRY_POINT_GROUP} must name a kserve_v2.backend.Backend")

@@ -10,6 +10,7 @@ from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.model import ModelVersion
 from kserve_v2.repository import config as cfg
 from kserve_v2.repository import layout
+from kserve_v2.runtime.onnx import confined_file
 from kserve_v2.sequence_config import SequenceSettings
 
 
@@ -95,7 +96,7 @@ def read_labels(model_dir: Path, config: mc.ModelConfig) -> dict[str, tuple[str,
     for output in config.output:
         if not output.label_filename:
             continue
-        path = backend.confined_file(model_dir, Path(output.label_filename), "label_filename", config.name)
+        path = confined_file(model_dir, Path(output.label_filename), "label_filename", config.name)
         try:
             lines = path.read_text(encoding="utf-8").split("\n")
         except (OSError, UnicodeDecodeError) as err:

@@ -1,8 +1,10 @@
-"""ONNX Runtime sessions: creation from config parameters, and one blocking ``run``.
+"""The built-in ``onnxruntime`` backend: ONNX Runtime sessions, and the model they execute.
 
 Session options follow Triton's onnxruntime backend (``config.pbtxt`` ``parameters`` and
 ``optimization.graph.level``); the execution provider follows ``instance_group`` kind. ``run``
-blocks and must be called off the event loop.
+blocks and must be called off the event loop. ``BACKEND`` is what ``kserve_v2.backend.find``
+returns for ``backend: "onnxruntime"``: it opens ``<version>/model.onnx`` (or the configured
+``default_model_filename``, which must stay inside the model folder) as an ``OnnxModel``.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import onnxruntime as ort
 from kserve_v2 import datatypes
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.datatypes import BF16, BYTES
+from kserve_v2.backend import Backend, BatchStrategy, Execution, Parameter
 from kserve_v2.cancellation import current
 from kserve_v2.errors import Cancelled, InvalidInput
 from kserve_v2.runtime.device import CPU_EP, CUDA_EP
 from kserve_v2.spec import TensorDeclaration
+from kserve_v2.text import TextContract
 
 _GRAPH_LEVELS = {
     -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -166,6 +170,59 @@ class OnnxSession:
         results = self._session.run_with_ort_values(list(output_names), values, options)
         return [_from_ort_value(value) for value in results]
 
+
+
+class OnnxModel:
+    """The built-in backend: an ONNX graph whose tensors are the V2 interface."""
+
+    batchable = True
+    batching: BatchStrategy | None = None
+    text: TextContract | None = None
+
+    def __init__(self, session: OnnxSession) -> None:
+        self._session = session
+        self.inputs, self.outputs, self.on_cuda = session.inputs, session.outputs, session.on_cuda
+
+    def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+                parameters: Mapping[str, Parameter]) -> Execution:
+        """``OnnxSession.run``; request parameters do not concern the graph."""
+        return Execution(self._session.run(feeds, output_names))
+
+
+def open_onnx(model_dir: Path, version: int, config: mc.ModelConfig) -> OnnxModel:
+    """Open ``<model_dir>/<version>/<default_model_filename>`` (a file, or a folder with model.onnx).
+
+    A configured file name must resolve (symlinks too) inside the model folder.
+
+    Raises:
+        FileNotFoundError: no model file; ValueError: a configured name leaving the folder;
+            anything ORT raises for an invalid model.
+    """
+    relative = Path(str(version), config.default_model_filename or "model.onnx")
+    path = model_dir / relative
+    if config.default_model_filename:
+        path = confined_file(model_dir, relative, "default_model_filename", config.name)
+    path = path / "model.onnx" if path.is_dir() else path
+    if not path.is_file():
+        raise FileNotFoundError(f"model file '{relative}' not found")
+    return OnnxModel(open_session(path, config))
+
+
+def confined_file(model_dir: Path, relative: Path, where: str, name: str) -> Path:
+    """``model_dir / relative`` with symlinks resolved, if it stays inside the (resolved) model folder.
+
+    Raises:
+        ValueError: the resolved path leaves the folder - the same message whether or not the
+            target exists, naming the model and the rule, never a host path.
+    """
+    root = model_dir.resolve()
+    path = (root / relative).resolve()
+    if not path.is_relative_to(root):
+        raise ValueError(f"model '{name}': {where} must be a relative path inside the model folder")
+    return path
+
+
+BACKEND = Backend(open_onnx)
 
 def _tensor(arg: ort.NodeArg, overridable: bool = False) -> TensorDeclaration:
     dtype = datatypes.BY_ONNX.get(arg.type)
