@@ -5,8 +5,8 @@ models only through these Protocols; ``kserve_v2.repository.manager.ModelManager
 and the composition root (``kserve_v2.app``) hands it in. The core thus imports nothing from the
 repository (the import contracts in pyproject.toml, docs/architecture.md).
 
-Version states carry Triton's names (model repository extension, ``RepositoryIndex``): READY,
-UNAVAILABLE, LOADING, UNLOADING.
+Version states are ``State``, with Triton's names (model repository extension, ``RepositoryIndex``):
+READY, UNAVAILABLE, LOADING, UNLOADING.
 """
 
 from __future__ import annotations
@@ -22,15 +22,26 @@ if TYPE_CHECKING:  # annotations only: readers of these interfaces need not impo
     from kserve_v2.ensemble import StepRunner
     from kserve_v2.model import ModelVersion
 
-READY = "READY"  # the ``value`` of a servable version's state
+
+class State(enum.Enum):
+    """A version's lifecycle state, with Triton's names (``model_lifecycle.cc`` in
+    triton-inference-server/core)."""
+
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+
+
+READY = State.READY.value  # the ``value`` of a servable version's state, which the reporters compare
 
 
 class VersionView(Protocol):
     """One version of a model (the repository's ``VersionStatus`` provides it)."""
 
     @property
-    def state(self) -> enum.Enum:
-        """Its lifecycle state; ``value`` is Triton's name: READY, UNAVAILABLE, LOADING or UNLOADING."""
+    def state(self) -> State:
+        """Its lifecycle state."""
         ...
 
     @property

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import enum
 import gc
 import logging
 import os
@@ -28,6 +27,7 @@ from kserve_v2 import ensemble
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.errors import InternalError, InvalidInput, NotFound, ServerError, Unavailable
+from kserve_v2.lifecycle import State
 from kserve_v2.model import ModelVersion
 from kserve_v2.repository import layout
 from kserve_v2.repository.config import CONFIG_FILE, ConfigError, read_config
@@ -38,15 +38,6 @@ from kserve_v2.spec import ModelSpec
 
 log = logging.getLogger(__name__)
 DUPLICATE_REASON = "model appears in two or more repositories"  # Triton's RepositoryIndex reason
-
-
-class State(enum.Enum):
-    """A version's lifecycle state, with Triton's names."""
-
-    READY = "READY"
-    UNAVAILABLE = "UNAVAILABLE"
-    LOADING = "LOADING"
-    UNLOADING = "UNLOADING"
 
 
 @dataclass
