@@ -11,21 +11,46 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 import numpy as np
 
 from adapters.inputs import string_parameter
-from adapters.tokenizer import OVERFLOW_POLICIES
+from adapters.tokenizer import OVERFLOW_POLICIES, Batch, TextTokenizer
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Execution, Parameter
 from kserve_v2.errors import InvalidInput, ServerError
-
-if TYPE_CHECKING:
-    from adapters.base import TextAdapter
+from kserve_v2.text import TextContract
 
 # texts in one merged batch, unless preferred_batch_size says otherwise
 TEXT_BATCH_ITEMS = 64
+
+
+class Tokenized(Protocol):
+    """A pre-processed request: its tokenized batch (``adapters.base.Prepared``)."""
+
+    @property
+    def batch(self) -> Batch: ...
+
+
+class TextSteps(Protocol):
+    """What text batching asks of its model (``adapters.base.TextAdapter`` provides it): its
+    contract, its tokenizer, reading a request's texts, and its three steps run on merged feeds."""
+
+    @property
+    def text(self) -> TextContract: ...
+
+    @property
+    def tokenizer(self) -> TextTokenizer: ...
+
+    def item_texts(self, feeds: Mapping[str, np.ndarray], parameters: Mapping[str, Parameter]) -> list[str]:
+        """The request's ``text`` items (see ``TextAdapter.item_texts``)."""
+        ...
+
+    def run_steps(self, feeds: dict[str, np.ndarray], wanted: set[str], parameters: Mapping[str, Parameter]
+                  ) -> tuple[dict[str, np.ndarray], Tokenized, int, int]:
+        """Pre-process, execute, post-process: (outputs, the pre-processed request, pre_ns, post_ns)."""
+        ...
 
 
 class TextBatching:
@@ -37,7 +62,7 @@ class TextBatching:
 
     inline = False
 
-    def __init__(self, adapter: TextAdapter[Any]) -> None:
+    def __init__(self, adapter: TextSteps) -> None:
         self._adapter = adapter
 
     def limit(self, config: mc.ModelConfig) -> int:
