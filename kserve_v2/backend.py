@@ -64,7 +64,7 @@ class Executable(Protocol):
         on_cuda: whether it runs on the CUDA execution provider.
         batchable: whether auto-complete may turn on batching (``max_batch_size``).
         batching: how the dynamic batcher merges its requests; None: tensor batching, rows along
-            dim 0 (``max_batch_size > 0``; ``model.RowBatching``).
+            dim 0 (``max_batch_size > 0``; ``batching.RowBatching``).
         text: what it takes and gives as a text model (``kserve_v2.text``); None for a tensor model.
     """
 
@@ -89,7 +89,8 @@ class BatchStrategy(Protocol):
     """How the dynamic batcher merges one executable's requests (Triton's ``dynamic_batching``).
 
     Attributes:
-        inline: whether a merged batch may run on the event loop when it is cheap (``ModelVersion.runs_inline``).
+        inline: whether a request the dynamic batcher would dispatch alone may execute unmerged, on the
+            event loop when cheap (the batcher's fast path, ``InstancePool.runs_inline``).
     """
 
     inline: bool

@@ -5,9 +5,12 @@ compatible requests at the head of the queue (same batch key: by default the inp
 shapes and datatypes, the outputs and the parameters) whose sizes sum to at most the batch limit. It is dispatched at once
 when a prefix of it reaches a ``preferred_batch_size`` (the largest such prefix), when it is full
 or cannot grow, or when its oldest request has waited ``max_queue_delay_microseconds``.
-The executor merges the members and splits the results (tensor models: along the batch dim;
-text models: texts into one tokenized batch). A failing batch fails each member with the error;
-the batcher keeps running. ``default_queue_policy``:
+The executor merges the members and splits the results (tensor models: along the batch dim,
+``RowBatching``; text models: texts into one tokenized batch, as the backend's ``BatchStrategy``
+says). A failing batch fails each member with the error; the batcher keeps running. A request
+the batcher would dispatch alone at once (an instance free, nothing queued, no queue delay) whose
+execution is measured to be tiny runs on the event loop here and now, unmerged (the fast path of
+``InstancePool.runs_inline``). ``default_queue_policy``:
 ``max_queue_size`` bounds the queue (more gets UNAVAILABLE "Exceeds maximum queue size"), and
 ``default_timeout_microseconds`` with ``timeout_action: REJECT`` rejects requests that waited
 longer (UNAVAILABLE "Request timeout expired"). A cancelled request leaves the queue at once, and
@@ -21,48 +24,42 @@ import asyncio
 import itertools
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import Execution, Parameter
+from kserve_v2.backend import BatchStrategy, Executable, Execution, Parameter
 from kserve_v2.errors import InternalError, Overloaded, Unavailable
+from kserve_v2.instances import InstancePool, nbytes
+from kserve_v2.scheduling import Execute, Feeds, Key, Outcome, Pending, fail_pending, model_time
 
-Feeds = dict[str, np.ndarray]
-# (members' feeds, output names, parameters) -> (one execution or error per member, started_ns, finished_ns)
-Execute = Callable[[list[Feeds], Sequence[str], Mapping[str, Parameter]],
-                   Awaitable[tuple[list[Execution | Exception], int, int]]]
-# (feeds, output names, parameters) -> requests with equal keys may share a batch
-Key = Callable[[Feeds, Sequence[str], Mapping[str, Parameter]], Hashable]
-
-
-@dataclass(slots=True, eq=False)
-class _Request:
-    feeds: dict[str, np.ndarray]
-    output_names: Sequence[str]
-    parameters: Mapping[str, Parameter]
-    batch_size: int
-    key: Hashable
-    enqueued_ns: int
-    future: asyncio.Future[tuple[Execution, int, int]] = field(repr=False)
+# (feeds, V2 batch size) -> the request's size in the batch limit
+Items = Callable[[Feeds, int], int]
 
 
 class DynamicBatcher:
-    """Merges the requests of one model version into batches (see the module docstring).
+    """Merges the requests of one model version into batches (see the module docstring); a ``Scheduler``.
 
     Args:
         config: the version's ``dynamic_batching`` settings.
         max_batch_size: the most rows (or texts) in one batch (> 0).
         instances: batches that may run at once (the instance group count).
-        execute: merges, runs and splits one batch on a model instance.
+        execute: merges, runs and splits one batch on a model instance (``batch_executor``).
         key: the batch key (default ``row_key``).
+        items: a request's size in the batch limit (default: its batch size).
+        pool: the version's instances, released by ``close``; None for a batcher that owns none.
+        alone: whether a request dispatched alone at once may execute unmerged on ``pool``'s event
+            loop fast path (tensor batching; not a strategy that must merge, as text batching).
     """
 
     def __init__(self, config: mc.ModelDynamicBatching, max_batch_size: int, instances: int, execute: Execute,
-                 key: Key | None = None) -> None:
+                 key: Key | None = None, *, items: Items | None = None, pool: InstancePool | None = None,
+                 alone: bool = False) -> None:
         self._key = key or row_key
+        self._items = items
+        self._pool = pool
+        self._fast = pool if alone else None
         self._waiting = False  # the loop holds a free instance and waits for a request
         self._max_batch = max_batch_size
         self._preferred = sorted({s for s in config.preferred_batch_size if 0 < s <= max_batch_size})
@@ -73,27 +70,34 @@ class DynamicBatcher:
         self._timeout_ns = policy.default_timeout_microseconds * 1000 if reject else 0
         self._execute = execute
         self._slots = asyncio.Semaphore(instances)
-        self._queue: deque[_Request] = deque()
+        self._queue: deque[Pending] = deque()
         self._arrived = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
 
-    async def submit(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                     parameters: Mapping[str, Parameter], batch_size: int) -> tuple[Execution, int, int]:
-        """Queue one request and wait for its share of a batch: (execution, queue_ns, infer_ns).
+    async def submit(self, feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter],
+                     batch_size: int) -> Outcome:
+        """Queue one request and wait for its share of a batch: (execution, queue_ns, infer_ns), as
+        ``Scheduler.submit``; or run it here and now (the fast path, see the module docstring).
 
         Raises:
             Overloaded: the queue holds ``max_queue_size`` requests -> UNAVAILABLE / 503.
             Unavailable: it waited longer than the queue policy's timeout -> UNAVAILABLE / 503.
             Whatever the batch's execution raised.
         """
+        fast = self._fast
+        if fast is not None and self.forms_batch_of_one() and fast.runs_inline(nbytes(feeds)):
+            executable = fast.executable
+            execution, started, finished = fast.inline(lambda: executable.execute(feeds, output_names, parameters))
+            return execution, 0, model_time(execution, started, finished)
         if self._max_queue and len(self._queue) >= self._max_queue:
             raise Overloaded("Exceeds maximum queue size")
         if self._loop_task is None:
             self._loop_task = asyncio.get_running_loop().create_task(self._loop())
-        request = _Request(feeds, output_names, parameters, batch_size, self._key(feeds, output_names, parameters),
-                           time.perf_counter_ns(),
-                           asyncio.get_running_loop().create_future())
+        if self._items is not None:
+            batch_size = self._items(feeds, batch_size)
+        request = Pending(feeds, output_names, parameters, self._key(feeds, output_names, parameters),
+                          time.perf_counter_ns(), asyncio.get_running_loop().create_future(), batch_size)
         self._queue.append(request)
         self._arrived.set()
         expiry = (asyncio.get_running_loop().call_later(self._timeout_ns / 1e9, self._expire, request)
@@ -107,13 +111,13 @@ class DynamicBatcher:
             if expiry is not None:
                 expiry.cancel()
 
-    def _leave(self, request: _Request) -> None:
+    def _leave(self, request: Pending) -> None:
         try:
             self._queue.remove(request)
         except ValueError:
             pass  # already taken into a batch (whose execution stops when all its members are gone)
 
-    def _expire(self, request: _Request) -> None:
+    def _expire(self, request: Pending) -> None:
         """Reject a request still queued when the queue policy's timeout passes."""
         if not request.future.done() and request in self._queue:
             self._leave(request)
@@ -129,6 +133,11 @@ class DynamicBatcher:
         if self._loop_task is not None:
             self._loop_task.cancel()
 
+    def close(self) -> None:
+        """Wait for running executions and release the backend (blocking; see ``Scheduler.close``)."""
+        if self._pool is not None:
+            self._pool.close()
+
     async def _loop(self) -> None:
         while True:
             await self._slots.acquire()
@@ -141,7 +150,7 @@ class DynamicBatcher:
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
-    async def _next_batch(self) -> list[_Request]:
+    async def _next_batch(self) -> list[Pending]:
         while True:
             self._drop_finished()
             if not self._queue:
@@ -175,7 +184,7 @@ class DynamicBatcher:
     def _drop_finished(self) -> None:
         """Forget cancelled requests and reject those past the queue policy's timeout."""
         now = time.perf_counter_ns()
-        kept: deque[_Request] = deque()
+        kept: deque[Pending] = deque()
         for request in self._queue:
             if request.future.done():
                 continue
@@ -185,7 +194,7 @@ class DynamicBatcher:
             kept.append(request)
         self._queue = kept
 
-    async def _run(self, batch: list[_Request]) -> None:
+    async def _run(self, batch: list[Pending]) -> None:
         try:
             live = [r for r in batch if not r.future.done()]
             if not live:
@@ -193,7 +202,7 @@ class DynamicBatcher:
             execution = asyncio.ensure_future(self._execute([r.feeds for r in live], live[0].output_names,
                                                             live[0].parameters))
 
-            def member_done(_: asyncio.Future[tuple[Execution, int, int]]) -> None:
+            def member_done(_: asyncio.Future[Outcome]) -> None:
                 if all(r.future.done() for r in live):
                     execution.cancel()  # no one waits for it: stop the model (kserve_v2.cancellation)
 
@@ -204,15 +213,10 @@ class DynamicBatcher:
             except asyncio.CancelledError:
                 if all(r.future.done() for r in live):
                     return  # stopped because no member waits any more
-                for request in live:
-                    if not request.future.done():
-                        request.future.set_exception(Unavailable("the model version was retired"))
+                fail_pending(live)
                 raise
             except BaseException as err:  # noqa: BLE001 - every member gets the batch's error
-                failure = err if isinstance(err, Exception) else Unavailable("the model version was retired")
-                for request in live:
-                    if not request.future.done():
-                        request.future.set_exception(failure)
+                fail_pending(live, err if isinstance(err, Exception) else None)
                 if not isinstance(err, Exception):
                     raise
                 return
@@ -222,7 +226,7 @@ class DynamicBatcher:
                 if isinstance(share, Exception):
                     request.future.set_exception(share)
                 else:
-                    request.future.set_result((share, started - request.enqueued_ns, finished - started))
+                    request.future.set_result((share, started - request.enqueued_ns, model_time(share, started, finished)))
         finally:
             self._slots.release()
 
@@ -258,3 +262,49 @@ def split_rows(execution: Execution, sizes: list[int]) -> list[Execution]:
             for i, parts in enumerate(zip(*per_output, strict=True))]
 
 
+def batch_executor(pool: InstancePool, strategy: BatchStrategy) -> Execute:
+    """The ``Execute`` of a model's batchers: the members merged, run and split as ``strategy``
+    says, on one of ``pool``'s instances; each share counts the execution's whole size (its
+    statistics' ``batch_stats`` row)."""
+
+    async def execute(members: list[Feeds], output_names: Sequence[str], parameters: Mapping[str, Parameter]
+                      ) -> tuple[list[Execution | Exception], int, int]:
+        def merged() -> list[Execution | Exception]:
+            shares = strategy.execute_batch(members, output_names, parameters)
+            size = sum(strategy.items(m, len(next(iter(m.values())))) for m in members)
+            for share in shares:  # statistics count the execution by its real batch size
+                if isinstance(share, Execution):
+                    share.batch_size = size
+            return shares
+
+        return await pool.run(merged, sum(map(nbytes, members)))
+
+    return execute
+
+
+class RowBatching:
+    """Tensor batching: the requests' rows concatenated along dim 0, executed once, split back
+    (``max_batch_size > 0``; Triton's dynamic batcher). The strategy of every backend that names none."""
+
+    inline = True
+
+    def __init__(self, executable: Executable) -> None:
+        self._executable = executable
+
+    def limit(self, config: mc.ModelConfig) -> int:
+        """``max_batch_size`` rows (0: no batching)."""
+        return config.max_batch_size
+
+    def items(self, feeds: Feeds, batch_size: int) -> int:
+        """The request's rows."""
+        return batch_size
+
+    def key(self, feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter]) -> Hashable:
+        """Same outputs, parameters and non-batch input shapes (``row_key``)."""
+        return row_key(feeds, output_names, parameters)
+
+    def execute_batch(self, members: list[Feeds], output_names: Sequence[str],
+                      parameters: Mapping[str, Parameter]) -> list[Execution | Exception]:
+        """Merge the rows, execute once, and give each member its own rows back."""
+        sizes = [len(next(iter(m.values()))) for m in members]
+        return list(split_rows(self._executable.execute(merge_rows(members), output_names, parameters), sizes))

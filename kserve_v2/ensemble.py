@@ -9,38 +9,22 @@ Checked at load, each failure a load error naming the step: the data flow (Trito
 ``ValidateEnsembleSchedulingConfig`` rules and texts: every ensemble tensor written once, used,
 reachable from the inputs, every output written; a step that can never run, as in a cycle), then
 against the composing models (a model with no loaded version, a mapped name the model does not
-have, a required input left unmapped, datatypes that differ). A step runs through the server's one
-inference call (``InferenceService.model_infer``), so batching, statistics, metrics and tracing
-see it like any request; steps whose inputs are ready run concurrently.
-
-As Triton's ensemble scheduler (``ensemble_scheduler.cc``) runs a request: only the steps that the
-requested outputs need run; each step request carries the ensemble request's parameters; a
-tensor passed between a model without batching and one with batching gains or loses a batch dim
-of 1 (``reshape_between``); and the response carries ``sequence_id``, ``sequence_start`` and
-``sequence_end`` from the request.
+have, a required input left unmapped, datatypes that differ). The checked steps (``plan``) are
+run by the ensemble's scheduler (``kserve_v2.ensemble_scheduler``), with the step choice
+(``needed_steps``) and the batch-dim rule (``reshape_between``) of Triton's ensemble scheduler
+defined here.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import BatchStrategy, Execution, Parameter
 from kserve_v2 import datatypes
 from kserve_v2.datatypes import DType
-from kserve_v2.errors import InternalError, InvalidInput
-from kserve_v2.responses import set_parameter
-from kserve_v2.model import ModelVersion
-from kserve_v2.spec import TensorDeclaration
-from kserve_v2.spec import MAX_MEMO, ModelSpec, TensorSpec
-from kserve_v2.tensors import from_raw, to_raw
-from kserve_v2.text import TextContract
+from kserve_v2.spec import ModelSpec, TensorSpec
 
 PLATFORM = "ensemble"
 # the one inference call of the server: a request in, its response out
@@ -85,6 +69,12 @@ def is_ensemble(config: mc.ModelConfig) -> bool:
 def composing_models(config: mc.ModelConfig) -> list[tuple[int, str, int]]:
     """(step index, model name, version or -1) of every step, in configuration order."""
     return [(i, s.model_name, s.model_version) for i, s in enumerate(config.ensemble_scheduling.step)]
+
+
+def step_versions(config: mc.ModelConfig) -> list[tuple[str, str]]:
+    """(model name, version string; "" for the newest) of every step of an ensemble (none for
+    another model), as a request names them."""
+    return [(name, str(version) if version > 0 else "") for _, name, version in composing_models(config)]
 
 
 def check_config(config: mc.ModelConfig) -> None:
@@ -246,107 +236,3 @@ def _bind(where: str, kind: str, mapping: Mapping[str, str], tensors: Sequence[T
                                 f"'{model_tensor}' is {tensor.dtype.v2}")
         bindings.append(Binding(model_tensor, ensemble_tensor, tensor.dtype, tensor.dims))
     return tuple(bindings)
-
-
-class EnsembleVersion(ModelVersion):
-    """One READY version of an ensemble: runs its steps instead of a backend.
-
-    Args:
-        name, version, config: as ``ModelVersion``.
-        steps: the validated steps (``plan``).
-        runner: the server's inference call the steps go through.
-        labels: output name -> labels, from the ensemble's own ``label_filename`` files.
-    """
-
-    def __init__(self, name: str, version: int, config: mc.ModelConfig, steps: tuple[Step, ...],
-                 runner: StepRunner, labels: Mapping[str, tuple[str, ...]] | None = None) -> None:
-        super().__init__(name, version, config, _NoBackend(), labels=labels)
-        self.steps = steps
-        self._runner = runner
-        # requested outputs -> the steps they need (at most MAX_MEMO entries, emptied when full)
-        self._needed: dict[frozenset[str], tuple[Step, ...]] = {}
-
-    async def run(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                  parameters: Mapping[str, Parameter], batch_size: int) -> tuple[Execution, int, int]:
-        """Run the steps the requested outputs need, each as its inputs become ready:
-        (execution, 0 queue ns, elapsed ns).
-
-        Raises:
-            InvalidInput: an omitted optional ensemble input that a step needs -> INVALID_ARGUMENT.
-            Whatever a step's inference call raises (its model's error, with its status).
-        """
-        started = time.perf_counter_ns()
-        # Triton's request batch size: 0 for an ensemble without batching
-        batch = batch_size if self.spec.max_batch_size > 0 else 0
-        tensors: dict[str, tuple[np.ndarray, int]] = {name: (array, batch) for name, array in feeds.items()}
-        key = frozenset(output_names)
-        pending = self._needed.get(key)
-        if pending is None:
-            if len(self._needed) >= MAX_MEMO:
-                self._needed.clear()
-            pending = self._needed[key] = needed_steps(self.steps, output_names)
-        while pending:
-            ready = [s for s in pending if all(b.ensemble_tensor in tensors for b in s.inputs)]
-            if not ready:  # only an omitted optional ensemble input can starve a step
-                step = pending[0]
-                missing = sorted(b.ensemble_tensor for b in step.inputs if b.ensemble_tensor not in tensors)
-                raise InvalidInput(f"ensemble '{self.name}' step {step.index} (model '{step.model_name}') needs the "
-                                   f"ensemble inputs {missing}, which the request omits")
-            for produced in await asyncio.gather(*(self._step(s, tensors, parameters) for s in ready)):
-                tensors.update(produced)
-            pending = tuple(s for s in pending if s not in ready)
-        outputs = []
-        for name in output_names:
-            array, produced_by = tensors[name]
-            shape = reshape_between(self.spec.outputs_by_name[name].dims, batch != 0, produced_by, array.shape)
-            outputs.append(array.reshape(shape))
-        response = {"sequence_id": parameters.get("sequence_id", 0),  # Triton's ensemble answers with these
-                    "sequence_start": bool(parameters.get("sequence_start", False)),
-                    "sequence_end": bool(parameters.get("sequence_end", False))}
-        return Execution(outputs, parameters=response), 0, time.perf_counter_ns() - started
-
-    async def _step(self, step: Step, tensors: Mapping[str, tuple[np.ndarray, int]],
-                    parameters: Mapping[str, Parameter]) -> dict[str, tuple[np.ndarray, int]]:
-        """Run one step: its ensemble tensors, each with the batch size of the request that made it."""
-        request = pb.ModelInferRequest(model_name=step.model_name,
-                                       model_version=str(step.model_version) if step.model_version > 0 else "")
-        for key, value in parameters.items():
-            set_parameter(request.parameters[key], value)
-        batch = 0
-        for binding in step.inputs:
-            array, produced_by = tensors[binding.ensemble_tensor]
-            shape = reshape_between(binding.dims, step.batching, produced_by, array.shape)
-            if step.batching and not batch and shape:
-                batch = shape[0]
-            request.inputs.add(name=binding.model_tensor, datatype=binding.dtype.v2, shape=shape)
-            request.raw_input_contents.append(to_raw(array, binding.dtype))
-        for binding in step.outputs:
-            request.outputs.add(name=binding.model_tensor)
-        response = await self._runner(request)
-        by_name = {b.model_tensor: b for b in step.outputs}
-        produced = {}
-        for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=True):
-            binding = by_name[tensor.name]
-            array = from_raw(raw, binding.dtype, list(tensor.shape), f"output '{tensor.name}' of model '{step.model_name}'")
-            produced[binding.ensemble_tensor] = (array, batch)
-        return produced
-
-    def composing(self) -> list[tuple[str, str]]:
-        """(model name, version string, "" for the newest) of every step."""
-        return [(s.model_name, str(s.model_version) if s.model_version > 0 else "") for s in self.steps]
-
-
-class _NoBackend:
-    """An ensemble's stand-in for a backend: it has no graph; its steps run elsewhere."""
-
-    inputs: tuple[TensorDeclaration, ...] = ()
-    outputs: tuple[TensorDeclaration, ...] = ()
-    on_cuda = False
-    batchable = False
-    batching: BatchStrategy | None = None
-    text: TextContract | None = None
-
-    def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                parameters: Mapping[str, Parameter]) -> Execution:
-        """Never called: ``EnsembleVersion.run`` runs the steps."""
-        raise InternalError("an ensemble has no backend to execute")

@@ -16,7 +16,9 @@ of each of the instance's sequences (at most ``max_batch_size`` rows, with equal
 The server fills the control inputs (START, END, READY, CORRID) and the implicit state inputs of
 every row, keeps each state output for the sequence's next request, resets state on START and
 drops it at END or when the sequence has been idle (nothing queued or running) for
-``max_sequence_idle_microseconds``; a sequence leaves nothing behind once released.
+``max_sequence_idle_microseconds``; a sequence leaves nothing behind once released. What rows an
+execution takes and what each row is fed is worked out in ``kserve_v2.sequence_rows``; this
+module keeps the sequences, their instances and the tasks that run them.
 """
 
 from __future__ import annotations
@@ -24,33 +26,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from kserve_v2.backend import Execution, Parameter
-from kserve_v2.batching import Execute, Feeds, row_key
-from kserve_v2.datatypes import BYTES
-from kserve_v2.errors import InternalError, InvalidInput, Unavailable
-from kserve_v2.sequence_config import END, READY, START, Control, SequenceSettings
-
-SEQUENCE_ID, SEQUENCE_START, SEQUENCE_END = "sequence_id", "sequence_start", "sequence_end"
-_SEQUENCE_KEYS = (SEQUENCE_ID, SEQUENCE_START, SEQUENCE_END)
-_UINT64 = 2**64
-CorrelationId = int | str
-
-
-@dataclass(slots=True, eq=False)
-class _Request:
-    feeds: Feeds
-    output_names: Sequence[str]
-    parameters: Mapping[str, Parameter]
-    key: Hashable
-    start: bool
-    end: bool
-    enqueued_ns: int
-    future: asyncio.Future[tuple[Execution, int, int]] = field(repr=False)
+from kserve_v2.batching import row_key
+from kserve_v2.errors import InternalError, InvalidInput
+from kserve_v2.instances import InstancePool
+from kserve_v2.scheduling import Execute, Feeds, Outcome, Pending, fail_pending, model_time
+from kserve_v2.sequence_config import SequenceSettings
+from kserve_v2.sequence_rows import (CorrelationId, Head, choose, initial_states, layout, padding_feeds, row_feeds,
+                                     sequence_parameters, state_rows)
 
 
 @dataclass(slots=True, eq=False)
@@ -58,7 +46,7 @@ class _Sequence:
     corrid: CorrelationId
     lane: _Lane
     slot: int | None = None  # None while in the backlog
-    pending: deque[_Request] = field(default_factory=deque)
+    pending: deque[Pending] = field(default_factory=deque)
     state: list[np.ndarray] | None = None  # one row (no batch dim) per implicit state
     last_ns: int = 0
     running: bool = False
@@ -82,21 +70,25 @@ class _Lane:
 
 
 # (sequence, request) for a real row, None for a padding row
-_Row = tuple[_Sequence, _Request] | None
+_Row = tuple[_Sequence, Pending] | None
 
 
 class SequenceBatcher:
-    """Routes, batches and executes the requests of one sequence-batched version (see the module docstring).
+    """Routes, batches and executes the requests of one sequence-batched version (see the module
+    docstring); a ``Scheduler``.
 
     Args:
         settings: the version's sequence batching.
         instances: model instances (lanes), the instance group count.
-        execute: merges, runs and splits one batch on a model instance (as for the dynamic batcher).
+        execute: merges, runs and splits one batch on a model instance (``batching.batch_executor``).
+        pool: the version's instances, released by ``close``; None for a batcher that owns none.
     """
 
-    def __init__(self, settings: SequenceSettings, instances: int, execute: Execute) -> None:
+    def __init__(self, settings: SequenceSettings, instances: int, execute: Execute,
+                 pool: InstancePool | None = None) -> None:
         self._settings = settings
         self._execute = execute
+        self._pool = pool
         self._lanes = [_Lane([None] * settings.slots) for _ in range(max(instances, 1))]
         self._active: dict[CorrelationId, _Sequence] = {}  # sequences that still accept requests
         self._reaper: asyncio.Task[None] | None = None
@@ -108,13 +100,14 @@ class SequenceBatcher:
         return sum(lane.load() for lane in self._lanes)
 
     async def submit(self, feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter],
-                     batch_size: int) -> tuple[Execution, int, int]:
-        """Queue one request of a sequence and wait for its row of an execution: (execution, queue_ns, infer_ns).
+                     batch_size: int) -> Outcome:
+        """Queue one request of a sequence and wait for its row of an execution: (execution, queue_ns,
+        infer_ns), as ``Scheduler.submit``.
 
         Raises:
-            InvalidInput: a batch size other than 1; no (or a zero / empty) ``sequence_id``; a string id
-                for an integer CORRID or the reverse; a request without START for a sequence that
-                is not active (never started, ended, or expired) — Triton's texts -> INVALID_ARGUMENT.
+            InvalidInput: a batch size other than 1; a bad ``sequence_id`` (``sequence_rows.sequence_parameters``);
+                a request without START for a sequence that is not active (never started, ended, or
+                expired) — Triton's texts -> INVALID_ARGUMENT.
             Unavailable: the version was retired while the request waited -> UNAVAILABLE.
             Whatever the execution raised.
         """
@@ -122,7 +115,7 @@ class SequenceBatcher:
         if batch_size != 1:
             raise InvalidInput(f"inference request to model '{settings.model}' must specify batch-size 1 due to "
                                "requirements of sequence batcher")
-        corrid, start, end, parameters = self._sequence_parameters(parameters)
+        corrid, start, end, parameters = sequence_parameters(settings, parameters)
         sequence = self._active.get(corrid)
         if sequence is None:
             if not start:
@@ -131,8 +124,8 @@ class SequenceBatcher:
             sequence = self._open(corrid)
         now = time.perf_counter_ns()
         loop = asyncio.get_running_loop()
-        request = _Request(feeds, output_names, parameters, row_key(feeds, output_names, parameters), start, end, now,
-                           loop.create_future())
+        request = Pending(feeds, output_names, parameters, row_key(feeds, output_names, parameters), now,
+                          loop.create_future(), start=start, end=end)
         sequence.pending.append(request)
         sequence.last_ns = now
         if end:
@@ -151,36 +144,19 @@ class SequenceBatcher:
             if lane.task is not None:
                 lane.task.cancel()
             for sequence in [s for s in lane.slots if s is not None] + list(lane.backlog):
-                for request in sequence.pending:
-                    if not request.future.done():
-                        request.future.set_exception(Unavailable("the model version was retired"))
+                fail_pending(sequence.pending)
             lane.slots = [None] * len(lane.slots)
             lane.backlog.clear()
         self._active.clear()
         if self._reaper is not None:
             self._reaper.cancel()
 
-    # ---- requests and sequences ---------------------------------------------------------------
+    def close(self) -> None:
+        """Wait for running executions and release the backend (blocking; see ``Scheduler.close``)."""
+        if self._pool is not None:
+            self._pool.close()
 
-    def _sequence_parameters(self, parameters: Mapping[str, Parameter]
-                             ) -> tuple[CorrelationId, bool, bool, dict[str, Parameter]]:
-        """(correlation id, START, END, the other parameters), checked against the CORRID control."""
-        settings = self._settings
-        rest = {k: v for k, v in parameters.items() if k not in _SEQUENCE_KEYS}
-        corrid = parameters.get(SEQUENCE_ID, 0)
-        if isinstance(corrid, bool) or not isinstance(corrid, int | str):
-            raise InvalidInput(f"parameter '{SEQUENCE_ID}' must be an integer or a string")
-        if isinstance(corrid, int):
-            corrid %= _UINT64  # an int64 on the wire carries a uint64 id (Triton reads it unsigned)
-        if corrid in (0, ""):
-            raise InvalidInput(f"inference request to model '{settings.model}' must specify a non-zero or non-empty "
-                               "correlation ID")
-        control = settings.corrid
-        if control is not None and isinstance(corrid, str) != (control.dtype is BYTES):
-            sent = "BYTES" if isinstance(corrid, str) else "UINT64"
-            raise InvalidInput(f"sequence batching control '{control.name}' data-type is '{sent}', but model "
-                               f"'{settings.model}' expects '{control.dtype.v2}'")
-        return corrid, bool(parameters.get(SEQUENCE_START, False)), bool(parameters.get(SEQUENCE_END, False)), rest
+    # ---- sequences ----------------------------------------------------------------------------
 
     def _open(self, corrid: CorrelationId) -> _Sequence:
         """A new sequence on the least loaded instance: in a free slot, else in that instance's backlog."""
@@ -225,36 +201,26 @@ class SequenceBatcher:
             except Exception as err:  # noqa: BLE001 - a broken batch must not stop the instance
                 for sequence, request in (row for row in rows if row is not None):
                     sequence.running = False
-                    if not request.future.done():
-                        request.future.set_exception(InternalError(f"sequence batch failed: {err}"))
+                    fail_pending([request], InternalError(f"sequence batch failed: {err}"))
                     if request.end:
                         self._release(sequence)
 
     async def _next_batch(self, lane: _Lane) -> list[_Row]:
-        """Wait for the instance's next batch: the sequences with the oldest requests (equal batch keys),
-        once the strategy's size is reached (direct: every slot; oldest: preferred or max) or the delay is over."""
-        settings = self._settings
+        """Wait for the instance's next batch (``sequence_rows.choose``) and take its rows."""
         while True:
             ready = self._ready(lane)
             if not ready:
                 lane.wake.clear()
                 await lane.wake.wait()
                 continue
-            ready.sort(key=lambda s: s.pending[0].enqueued_ns)
-            key = ready[0].pending[0].key
-            chosen = [s for s in ready if s.pending[0].key == key][: settings.max_batch]
-            waited = time.perf_counter_ns() - chosen[0].pending[0].enqueued_ns
-            if settings.oldest:
-                preferred = [n for n in settings.preferred if n <= len(chosen)]
-                chosen = chosen[: preferred[-1]] if preferred else chosen
-                go = bool(preferred) or len(chosen) >= settings.max_batch
-            else:
-                go = len(chosen) == sum(s is not None for s in lane.slots)  # every slot has a request
-            if go or waited >= settings.delay_ns:
-                return self._rows(chosen)
+            occupied = sum(s is not None for s in lane.slots)
+            chosen, wait_ns = choose([Head(s.pending[0].key, s.pending[0].enqueued_ns) for s in ready], self._settings,
+                                     occupied, time.perf_counter_ns())
+            if not wait_ns:
+                return self._rows(lane, [ready[i] for i in chosen])
             lane.wake.clear()
             try:
-                await asyncio.wait_for(lane.wake.wait(), (settings.delay_ns - waited) / 1e9)
+                await asyncio.wait_for(lane.wake.wait(), wait_ns / 1e9)
             except TimeoutError:
                 pass
 
@@ -271,19 +237,14 @@ class SequenceBatcher:
                 ready.append(sequence)
         return ready
 
-    def _rows(self, chosen: list[_Sequence]) -> list[_Row]:
-        """Take each chosen sequence's head request; direct places them by slot, with padding between."""
-        taken: list[_Row] = [(s, s.pending.popleft()) for s in chosen]
+    def _rows(self, lane: _Lane, chosen: list[_Sequence]) -> list[_Row]:
+        """Take each chosen sequence's head request, in the rows ``sequence_rows.layout`` gives."""
+        taken = [(s, s.pending.popleft()) for s in chosen]
         for sequence in chosen:
             sequence.running = True
-        if self._settings.oldest or not self._settings.batched:
-            return taken
-        highest = max(i for i, s in enumerate(chosen[0].lane.slots) if s is not None)
-        rows: list[_Row] = [None] * (highest + 1)
-        for row in taken:
-            assert row is not None
-            rows[row[0].slot or 0] = row
-        return rows
+        highest = max(i for i, s in enumerate(lane.slots) if s is not None)
+        return [None if index is None else taken[index]
+                for index in layout([s.slot or 0 for s in chosen], self._settings, highest)]
 
     async def _run(self, rows: list[_Row]) -> None:
         """Execute one batch: feed controls and states, store the new states, answer each request."""
@@ -295,9 +256,7 @@ class SequenceBatcher:
         try:
             shares, started, finished = await self._execute(members, names + settings.state_outputs, first.parameters)
         except asyncio.CancelledError:
-            for _, request in real:
-                if not request.future.done():
-                    request.future.set_exception(Unavailable("the model version was retired"))
+            fail_pending(request for _, request in real)
             raise
         except Exception as err:  # noqa: BLE001 - every request of the batch gets its error
             shares, started, finished = [err] * len(rows), 0, 0
@@ -307,18 +266,18 @@ class SequenceBatcher:
                 continue
             sequence, request = row
             sequence.running, sequence.last_ns = False, time.perf_counter_ns()
-            outcome: BaseException | tuple[Execution, int, int]
+            outcome: BaseException | Outcome
             if isinstance(share, Exception):
                 outcome = share
             else:
                 try:
-                    sequence.state = self._states(share.outputs[len(names):])
+                    sequence.state = state_rows(settings, share.outputs[len(names):])
                 except InternalError as err:
                     outcome = err
                 else:
                     answer = Execution(share.outputs[: len(names)], share.pre_ns, share.post_ns, share.tokens,
                                        executions, len(rows))  # batch_stats: the execution's rows, padding too
-                    outcome = (answer, started - request.enqueued_ns, finished - started)
+                    outcome = (answer, started - request.enqueued_ns, model_time(answer, started, finished))
                     executions = 0
             if not request.future.done():
                 if isinstance(outcome, BaseException):
@@ -328,48 +287,15 @@ class SequenceBatcher:
             if request.end:
                 self._release(sequence)
 
-    def _states(self, outputs: list[np.ndarray]) -> list[np.ndarray]:
-        """A row's state outputs, copied out of the batch's buffers (only the row is kept).
-
-        Raises:
-            InternalError: a state output whose shape is not the state's dims.
-        """
-        kept = []
-        for spec, output in zip(self._settings.states, outputs, strict=True):
-            row = output[0] if self._settings.batched and output.ndim else output
-            if row.shape != spec.initial.shape:
-                raise InternalError(f"state output '{spec.output_name}' has shape {list(row.shape)}, "
-                                    f"but the state's dims are {list(spec.initial.shape)}")
-            kept.append(np.array(row))
-        return kept
-
     def _feeds(self, row: _Row, like: Feeds) -> Feeds:
-        """A row's model inputs: the request's (zeros for padding), its controls and its states."""
+        """A row's model inputs (``sequence_rows.row_feeds``); a START resets the sequence's state."""
         settings = self._settings
         if row is None:
-            feeds = {name: _blank(array) for name, array in like.items()}
-            start = end = ready = False
-            corrid: CorrelationId = "" if settings.corrid is not None and settings.corrid.dtype is BYTES else 0
-            states = [s.initial for s in settings.states]
-        else:
-            sequence, request = row
-            feeds = dict(request.feeds)
-            start, end, ready, corrid = request.start, request.end, True, sequence.corrid
-            if request.start or sequence.state is None:
-                sequence.state = [s.initial for s in settings.states]
-            states = sequence.state
-        for control in settings.flags:
-            on = {START: start, END: end, READY: ready}[control.kind]
-            feeds[control.name] = self._shaped(control.true if on else control.false)
-        if settings.corrid is not None:
-            feeds[settings.corrid.name] = self._shaped(_corrid_value(settings.corrid, corrid))
-        for spec, value in zip(settings.states, states, strict=True):
-            feeds[spec.input_name] = value[np.newaxis] if settings.batched else value
-        return feeds
-
-    def _shaped(self, value: np.ndarray) -> np.ndarray:
-        """A control value as a [1] tensor, or [1, 1] with the batch dim."""
-        return value.reshape((1, 1) if self._settings.batched else (1,))
+            return padding_feeds(settings, like)
+        sequence, request = row
+        if request.start or sequence.state is None:
+            sequence.state = initial_states(settings)
+        return row_feeds(settings, request.feeds, request.start, request.end, True, sequence.corrid, sequence.state)
 
     # ---- idle sequences ----------------------------------------------------------------------
 
@@ -395,18 +321,3 @@ class SequenceBatcher:
                     pass
         finally:
             self._reaper = None
-
-
-def _blank(array: np.ndarray) -> np.ndarray:
-    """Zeros (empty strings for BYTES) of one row of ``array``."""
-    if array.dtype == object:
-        return np.full(array.shape, b"", dtype=object)
-    return np.zeros_like(array)
-
-
-def _corrid_value(control: Control, corrid: CorrelationId) -> np.ndarray:
-    if control.dtype is BYTES:
-        text = corrid if isinstance(corrid, str) else str(corrid)
-        return np.array(text.encode("utf-8"), dtype=object)
-    return np.array(corrid, dtype=np.uint64).astype(control.dtype.numpy)
-

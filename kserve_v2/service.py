@@ -260,7 +260,7 @@ class InferenceService:
                     decoded = decode_request(request, model.spec, regions, raw_inputs)
                 decoded_at = time.perf_counter_ns()
                 try:
-                    execution, queue_ns, infer_ns = await model.run(
+                    execution, queue_ns, infer_ns = await model.scheduler.submit(
                         decoded.feeds, decoded.output_names, decoded.parameters, decoded.batch_size)
                 except ServerError:
                     raise

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kserve_v2 import backend, ensemble
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.model import ModelVersion
+from kserve_v2.model import ModelVersion, open_version
 from kserve_v2.repository import config as cfg
 from kserve_v2.repository import layout
 from kserve_v2.runtime.onnx import confined_file
@@ -77,7 +77,7 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None 
                         if config.HasField("sequence_batching") else None)
             cfg.validate(config, executable.inputs, executable.outputs)
             completed = True
-            result.loaded[version] = ModelVersion(name, version, config, executable, sequence, result.labels)
+            result.loaded[version] = open_version(name, version, config, executable, sequence, result.labels)
         except Exception as err:  # noqa: BLE001 - any load failure is reported as the version's reason
             result.failed[version] = _without_paths(err, model_dir)  # the version's reason, as Triton's index shows it
     result.config = config

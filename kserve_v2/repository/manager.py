@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kserve_v2 import ensemble
+from kserve_v2.ensemble_scheduler import EnsembleScheduler
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.errors import InternalError, InvalidInput, NotFound, ServerError, Unavailable
@@ -210,8 +211,8 @@ class ModelManager:
             result.error = f"ensemble '{name}' cannot run: the server has no inference call for its steps"
             return
         for version in result.ensemble_versions:
-            result.loaded[version] = ensemble.EnsembleVersion(name, version, result.config, steps, self.step_runner,
-                                                              result.labels)
+            scheduler = EnsembleScheduler(result.config, steps, self.step_runner)
+            result.loaded[version] = ModelVersion(name, version, result.config, scheduler, result.labels)
 
     @asynccontextmanager
     async def _locked(self, name: str) -> AsyncIterator[None]:
@@ -475,17 +476,15 @@ class ModelManager:
             model = self.resolve(name, version)
         except (NotFound, Unavailable, InvalidInput):
             return False
-        if isinstance(model, ensemble.EnsembleVersion):
-            return all(self.is_ready(step, step_version) for step, step_version in model.composing())
-        return True
+        return all(self.is_ready(step, step_version) for step, step_version in ensemble.step_versions(model.config))
 
     def composing_models(self, name: str) -> set[str]:
         """The models the READY versions of ensemble ``name`` run as steps (empty for other models)."""
         record = self._records.get(name)
         if record is None:
             return set()
-        return {step for status in record.versions.values() if isinstance(status.model, ensemble.EnsembleVersion)
-                for step, _ in status.model.composing()}
+        return {step for status in record.versions.values() if status.model is not None
+                for step, _ in ensemble.step_versions(status.model.config)}
 
     def ready_versions(self, name: str) -> list[ModelVersion]:
         """Every READY version of a known model, ascending."""
