@@ -33,6 +33,7 @@ from prometheus_client.registry import Collector
 
 from kserve_v2.errors import ErrorCode
 from kserve_v2.metrics_config import MetricsConfig
+from kserve_v2.statistics import RequestReport
 from kserve_v2.summaries import WindowQuantiles, summary_family
 
 LABELS = ["model", "version"]
@@ -115,8 +116,7 @@ class InferenceMetrics(Collector):
         """A request for this version is pending."""
         self._pending[(model, version)] += 1
 
-    def succeeded(self, model: str, version: str, api: str, batch_size: int, executions: int, tokens: int,
-                  total_ns: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+    def succeeded(self, model: str, version: str, api: str, report: RequestReport) -> None:
         """Account a successful request (durations in ns; exported in us, latency in s).
 
         The request's numbers are appended to its row and folded into the counters and histogram
@@ -127,7 +127,8 @@ class InferenceMetrics(Collector):
         if row is None:
             row = self._rows[(model, version, api)] = self._row(model, version, api)
         observed = row.observed
-        observed += (batch_size, executions, tokens, total_ns, queue_ns, input_ns, infer_ns, output_ns)
+        observed += (report.batch_size, report.executions, report.tokens, report.total_ns, report.queue_ns,
+                     report.compute_input_ns, report.compute_infer_ns, report.compute_output_ns)
         if len(observed) >= FOLD_REQUESTS * _COLUMNS:
             self._fold(row)
 

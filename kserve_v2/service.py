@@ -1,38 +1,42 @@
-"""InferenceService: protobuf in, protobuf out, for every V2 RPC. The one request path.
+"""InferenceService: protobuf in, protobuf out, for the V2 inference RPCs. The one request path.
 
-The gRPC servicer delegates here method by method; the REST and semantic front ends will
-transcode into the same calls. Nothing here imports a transport.
+Health, metadata, configuration, statistics and ModelInfer are here; Triton's repository, shared
+memory, trace and logging extensions are its ``extensions`` (``kserve_v2.extensions``), and the
+semantic routes' text models its ``text`` (``kserve_v2.text_models``), each for its own audience.
+The gRPC servicer delegates here method by method; the REST and semantic front ends transcode into
+the same calls. Nothing here imports a transport.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
-from kserve_v2 import __version__, backend
+from kserve_v2 import __version__
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.budget import MemoryBudget, request_cost
-from kserve_v2.datatypes import BYTES
-from kserve_v2.errors import ErrorCode, InternalError, InvalidInput, NotFound, NotLoaded, ServerError, Unavailable
+from kserve_v2.errors import ErrorCode, InternalError, ServerError
+from kserve_v2.extensions import TritonExtensions
 from kserve_v2.inference import Buffer, decode_request
-from kserve_v2.responses import encode_response
 from kserve_v2.lifecycle import ModelLifecycle
 from kserve_v2.log_settings import LogSettings
 from kserve_v2.metrics import V2_API, InferenceMetrics
 from kserve_v2.model import ModelVersion
 from kserve_v2.offload import in_thread, is_heavy
+from kserve_v2.responses import encode_response
 from kserve_v2.settings import Settings
 from kserve_v2.shared_memory import SharedMemoryRegistry
-from kserve_v2.tensors import pack_bytes
-from kserve_v2.text import NOT_TEXT, OutputKind, TextCall, TextContract, TextModelInfo
+from kserve_v2.statistics import RequestReport
+from kserve_v2.text_models import TextModels
 from kserve_v2.trace_config import TraceConfig
-from kserve_v2.tracing import Tracing
+from kserve_v2.tracing import RequestTrace, Tracing
 
 log = logging.getLogger(__name__)
 
@@ -41,24 +45,6 @@ EXTENSIONS = ("classification", "model_repository", "model_repository(unload_dep
               "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "sequence", "trace", "logging")
 SHM_EXTENSION = "system_shared_memory"
 _UNRESERVED = nullcontext()
-
-
-@dataclass(slots=True)
-class RequestReport:
-    """Where one request's time went (ns, the phases of ModelStatistics), the tokens a text model
-    processed, the trace id (or None), and the output arrays when asked for (``raw_outputs=False``).
-
-    Not frozen: a frozen dataclass sets each field through ``object.__setattr__``, which costs
-    microseconds per request; callers only read it."""
-
-    total_ns: int
-    queue_ns: int
-    compute_input_ns: int
-    compute_infer_ns: int
-    compute_output_ns: int
-    tokens: int = 0
-    trace_id: str | None = None
-    outputs: tuple[np.ndarray, ...] = ()  # the output arrays, when the caller takes them instead of raw contents
 
 
 class ServerState:
@@ -80,7 +66,8 @@ class ServerState:
 
 
 class InferenceService:
-    """Every RPC of GRPCInferenceService as a transport-free coroutine or function.
+    """The inference RPCs of GRPCInferenceService as transport-free coroutines and functions, with
+    Triton's other extensions (``extensions``) and the semantic routes' text models (``text``).
 
     Args:
         manager: the model lifecycle (the repository's ``ModelManager``, handed in by ``kserve_v2.app``).
@@ -100,14 +87,15 @@ class InferenceService:
                  shared_memory: SharedMemoryRegistry | None = None, logs: LogSettings | None = None,
                  budget: MemoryBudget | None = None) -> None:
         self._memory = shared_memory
-        self._logs = logs or LogSettings(0)
         self._budget = budget or MemoryBudget(Settings.max_request_decoded_bytes, Settings.request_memory_pool_bytes)
         self._manager = manager
         self._tracing = tracing or Tracing(TraceConfig(), server_name)
         self._state = state
         self._server_name = server_name
-        self._control_mode = control_mode
         self._metrics = metrics
+        self.extensions = TritonExtensions(manager, control_mode, shared_memory, self._tracing.settings,
+                                           logs or LogSettings(0))
+        self.text = TextModels(manager, self.run_version)
         manager.step_runner = self.model_infer  # ensemble steps go through the one inference call
 
     # ---- health and metadata -------------------------------------------------------------
@@ -231,15 +219,36 @@ class InferenceService:
                 model.release()
         with self._tracing.request("ModelInfer", carrier or {}, request.model_name) as traced:
             with self._manager.acquire(request.model_name, request.model_version) as model:
-                if traced is not None:
-                    traced.begin(request, model, self._memory, raw_inputs)
-                response, report = await self._run(request, model, api, raw_inputs, raw_outputs, wire_bytes)
-            if traced is None:
-                return response, report
-            traced.end(response, {"compute_input": report.compute_input_ns, "queue": report.queue_ns,
-                                  "compute_infer": report.compute_infer_ns, "compute_output": report.compute_output_ns,
-                                  "total": report.total_ns}, report.outputs)
-            return response, replace(report, trace_id=traced.trace_id)
+                return await self._traced(traced, request, model, api, raw_inputs, raw_outputs, wire_bytes)
+
+    async def run_version(self, model: ModelVersion, request: pb.ModelInferRequest,
+                          carrier: Mapping[str, str] | None = None, api: str = V2_API,
+                          raw_inputs: Sequence[Buffer] | None = None, raw_outputs: bool = True,
+                          wire_bytes: int | None = None) -> tuple[pb.ModelInferResponse, RequestReport]:
+        """``model_infer_reported`` on a version the caller has resolved and holds (``hold``), whatever
+        the request's model name and version say.
+
+        Raises:
+            As ``model_infer_reported``, but for the model's resolution.
+        """
+        if not self._tracing.enabled:
+            return await self._run(request, model, api, raw_inputs, raw_outputs, wire_bytes)
+        with self._tracing.request("ModelInfer", carrier or {}, request.model_name) as traced:
+            return await self._traced(traced, request, model, api, raw_inputs, raw_outputs, wire_bytes)
+
+    async def _traced(self, traced: RequestTrace | None, request: pb.ModelInferRequest, model: ModelVersion, api: str,
+                      raw_inputs: Sequence[Buffer] | None, raw_outputs: bool, wire_bytes: int | None
+                      ) -> tuple[pb.ModelInferResponse, RequestReport]:
+        """``_run``, with the request's trace (when the trace settings picked it) begun and ended around it."""
+        if traced is not None:
+            traced.begin(request, model, self._memory, raw_inputs)
+        response, report = await self._run(request, model, api, raw_inputs, raw_outputs, wire_bytes)
+        if traced is None:
+            return response, report
+        traced.end(response, {"compute_input": report.compute_input_ns, "queue": report.queue_ns,
+                              "compute_infer": report.compute_infer_ns, "compute_output": report.compute_output_ns,
+                              "total": report.total_ns}, report.outputs)
+        return response, replace(report, trace_id=traced.trace_id)
 
     async def _run(self, request: pb.ModelInferRequest, model: ModelVersion, api: str,
                    raw_inputs: Sequence[Buffer] | None, raw_outputs: bool, wire_bytes: int | None
@@ -279,264 +288,23 @@ class InferenceService:
             elapsed = time.perf_counter_ns() - started
             model.stats.record_failure(elapsed)
             if metrics is not None:
-                code = err.code if isinstance(err, ServerError) else ErrorCode.CANCELLED
-                metrics.failed(model.name, model.label, api, code, elapsed)
+                metrics.failed(model.name, model.label, api, failure_code(err), elapsed)
             raise
         finally:
             if regions is not None:
                 regions.release()
         finished = time.perf_counter_ns()
-        total_ns, input_ns, output_ns = finished - started, decoded_at - started + execution.pre_ns, \
-            finished - ran_at + execution.post_ns
-        model.stats.record_success(decoded.batch_size, execution.executions, total_ns, queue_ns, input_ns, infer_ns,
-                                   output_ns, execution.batch_size)
+        report = RequestReport(decoded.batch_size, execution.executions, execution.batch_size, finished - started,
+                               queue_ns, decoded_at - started + execution.pre_ns, infer_ns,
+                               finished - ran_at + execution.post_ns, execution.tokens,
+                               outputs=() if raw_outputs else tuple(arrays))
+        model.stats.record_success(report)
         if metrics is not None:
-            metrics.succeeded(model.name, model.label, api, decoded.batch_size, execution.executions,
-                              execution.tokens, total_ns, queue_ns, input_ns, infer_ns, output_ns)
+            metrics.succeeded(model.name, model.label, api, report)
         # log_verbose_level > 0 (Triton's verbose log): a line per request; one level check otherwise
         log.debug("%s request for model '%s' version %s: batch size %d, %.3f ms (queue %.3f ms)", api, model.name,
-                  model.label, decoded.batch_size, total_ns / 1e6, queue_ns / 1e6)
-        return response, RequestReport(total_ns, queue_ns, input_ns, infer_ns, output_ns, execution.tokens,
-                                       outputs=() if raw_outputs else tuple(arrays))
-
-    # ---- text models: the semantic routes' calls (``kserve_v2.text``) ---------------------
-
-    def text_models(self) -> list[TextModelInfo]:
-        """Every text model of the repository, loaded or not, by name."""
-        names = dict.fromkeys(row.name for row in self._manager.index(False))
-        return [info for info in map(self._text_info, names) if info.kinds]
-
-    def text_model(self, name: str) -> TextModelInfo:
-        """The model named ``name`` (its repository name or its ``alias``), loaded or not, as a
-        text model (no ``kinds`` when it is not one).
-
-        Raises:
-            NotFound: no such model -> NOT_FOUND / 404.
-        """
-        return self._text_info(self._text_name(name))
-
-    async def text_infer(self, name: str, call: TextCall, carrier: Mapping[str, str] | None = None,
-                         api: str = V2_API) -> tuple[dict[str, np.ndarray], RequestReport]:
-        """One execution of a text model, planned by the route from the model's contract: the name
-        resolved (``call.resolved``), the contract of its READY version read, the request built
-        (``call.plan``) and run as ``model_infer_reported`` runs a V2 request.
-
-        Returns:
-            (V2 output name -> array, for the requested outputs; the report).
-
-        Raises:
-            NotFound: no model by that name or alias -> NOT_FOUND / 404.
-            NotLoaded: no READY version -> UNAVAILABLE / 503 (SIE's MODEL_NOT_LOADED).
-            Whatever ``call.plan`` and ``model_infer_reported`` raise.
-        """
-        resolved = self._text_name(name)
-        call.resolved(resolved)
-        try:
-            contract = self._manager.resolve(resolved, "").text or NOT_TEXT
-        except NotFound as err:
-            raise NotLoaded(f"Model '{resolved}' is not loaded: {err}") from None
-        planned = call.plan(resolved, contract)
-        message = pb.ModelInferRequest(model_name=resolved)
-        for kind, values in planned.texts.items():
-            message.inputs.add(name=kind.value, datatype=BYTES.v2, shape=[len(values)])
-            message.raw_input_contents.append(pack_bytes(np.array(values, dtype=object)))
-        for output in planned.outputs:
-            message.outputs.add(name=output)
-        for key, value in planned.parameters.items():
-            message.parameters[key].string_param = value
-        response, report = await self.model_infer_reported(message, carrier, api, raw_outputs=False)
-        return {tensor.name: array for tensor, array in zip(response.outputs, report.outputs, strict=True)}, report
-
-    def _text_name(self, name: str) -> str:
-        """The repository name of ``name``: itself, or the model whose ``alias`` parameter it is.
-
-        Raises:
-            NotFound: "Model '<name>' not found" -> NOT_FOUND / 404.
-        """
-        if self._manager.knows(name) or self._manager.stored_config(name) is not None:
-            return name
-        for stored, config in self._manager.stored_configs():
-            if "alias" in config.parameters and config.parameters["alias"].string_value == name:
-                return stored
-        raise NotFound(f"Model '{name}' not found")
-
-    def _text_info(self, name: str) -> TextModelInfo:
-        """A repository model as a text model: a READY version's contract, else what its backend
-        declares (no ``kinds`` when it is not a text model)."""
-        config = self._manager.stored_config(name)
-        try:
-            contract: TextContract | None = self._manager.resolve(name, "").text or NOT_TEXT
-        except ServerError:
-            contract = None
-        kinds: tuple[OutputKind, ...] = ()
-        if contract is not None:
-            kinds = tuple(contract.kinds())
-        elif config is not None and (found := backend.find(config.backend)) is not None:
-            kinds = found.offers
-        parameters = config.parameters if config is not None else {}
-        aliases = (parameters["alias"].string_value,) if "alias" in parameters else ()
-        length = (contract.max_sequence_length if contract is not None else
-                  int(parameters["max_sequence_length"].string_value or 0) if "max_sequence_length" in parameters else 0)
-        return TextModelInfo(name, aliases, kinds, contract, length)
-
-    # ---- model repository ----------------------------------------------------------------
-
-    def repository_index(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
-        """Every model folder with its versions' states and reasons (``ready`` filters)."""
-        response = pb.RepositoryIndexResponse()
-        for row in self._manager.index(request.ready):
-            response.models.add(name=row.name, version=row.version, state=row.state, reason=row.reason)
-        return response
-
-    async def repository_model_load(self, request: pb.RepositoryModelLoadRequest) -> pb.RepositoryModelLoadResponse:
-        """Load, or reload, a model (``config`` and ``file:`` parameters as Triton takes them).
-
-        Raises:
-            Unavailable: control mode is not explicit (Triton's answer) -> UNAVAILABLE.
-            InvalidInput: unsafe name or file path, unknown parameter, or a failed load (Triton's
-                "load failed for model '<m>': version <v> is at UNAVAILABLE state: <reason>;") -> INVALID_ARGUMENT.
-            InternalError: unknown model, or ``file:`` overrides that cannot be written ("failed to load
-                '<m>', failed to poll from model repository") -> INTERNAL.
-        """
-        self._require_explicit()
-        await self._manager.load_requested(_model_name(request), request.parameters)
-        return pb.RepositoryModelLoadResponse()
-
-    async def repository_model_unload(self, request: pb.RepositoryModelUnloadRequest) -> pb.RepositoryModelUnloadResponse:
-        """Unload a model after its in-flight requests finish; with ``unload_dependents`` true, an
-        ensemble's composing models that no other ensemble uses too (Triton's model repository extension).
-
-        Raises:
-            Unavailable: control mode is not explicit (Triton's answer) -> UNAVAILABLE.
-            InvalidInput: an unknown parameter -> INVALID_ARGUMENT.
-        """
-        self._require_explicit()
-        for key, value in request.parameters.items():
-            if key != "unload_dependents" or value.WhichOneof("parameter_choice") != "bool_param":
-                raise InvalidInput(f"Unrecognized unload parameter '{key}'")
-        dependents = "unload_dependents" in request.parameters and request.parameters["unload_dependents"].bool_param
-        if dependents:
-            await self._manager.unload_with_composing(_model_name(request))
-        else:
-            await self._manager.unload(_model_name(request))
-        return pb.RepositoryModelUnloadResponse()
-
-    def _require_explicit(self) -> None:
-        if self._control_mode != "explicit":  # Triton's text in modes none and poll alike
-            raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
-
-    # ---- system shared memory (Triton's extension) -------------------------------------------
-
-    def system_shared_memory_register(self, request: pb.SystemSharedMemoryRegisterRequest
-                                      ) -> pb.SystemSharedMemoryRegisterResponse:
-        """Register a region (see ``SharedMemoryRegistry.register``).
-
-        Raises:
-            InvalidInput: client shared memory is off, an empty name, or a range beyond the object -> INVALID_ARGUMENT.
-            InternalError: a key that cannot be opened -> INTERNAL (Triton's text).
-            AlreadyExists: the name is taken -> ALREADY_EXISTS.
-        """
-        if self._memory is None:
-            raise InvalidInput("Client shared memory is disabled: start the server with --allow-client-shm true")
-        self._memory.register(request.name, request.key, request.offset, request.byte_size)
-        return pb.SystemSharedMemoryRegisterResponse()
-
-    def system_shared_memory_status(self, request: pb.SystemSharedMemoryStatusRequest
-                                    ) -> pb.SystemSharedMemoryStatusResponse:
-        """Every registered region, or one (none while client shared memory is off).
-
-        Raises:
-            NotFound: an unknown region name -> NOT_FOUND.
-        """
-        response = pb.SystemSharedMemoryStatusResponse()
-        if self._memory is None:
-            if request.name:
-                raise NotFound(f"Unable to find system shared memory region: '{request.name}'")
-            return response
-        for region in self._memory.status(request.name):
-            response.regions[region.name].CopyFrom(pb.SystemSharedMemoryStatusResponse.RegionStatus(
-                name=region.name, key=region.key, offset=region.offset, byte_size=region.byte_size))
-        return response
-
-    def system_shared_memory_unregister(self, request: pb.SystemSharedMemoryUnregisterRequest
-                                        ) -> pb.SystemSharedMemoryUnregisterResponse:
-        """Forget a region, or all of them (empty name).
-
-        Raises:
-            InternalError: a region held by a request in flight (``SharedMemoryRegistry.unregister``,
-                Triton's texts) -> INTERNAL.
-        """
-        if self._memory is not None:
-            self._memory.unregister(request.name)
-        return pb.SystemSharedMemoryUnregisterResponse()
-
-    # ---- Triton's CUDA shared memory, trace and logging extensions ----------------------------
-
-    def cuda_shared_memory_status(self, request: pb.CudaSharedMemoryStatusRequest) -> pb.CudaSharedMemoryStatusResponse:
-        """No CUDA region is ever registered (see ``cuda_shared_memory_register``): an empty list.
-
-        Raises:
-            NotFound: a named region, with Triton's texts -> NOT_FOUND / 404.
-        """
-        if request.name and self._memory is not None and any(r.name == request.name for r in self._memory.status("")):
-            raise NotFound(f"The region named '{request.name}' is registered as system shared memory, "
-                           "not CUDA shared memory")
-        if request.name:
-            raise NotFound(f"Unable to find system shared memory region: '{request.name}'")
-        return pb.CudaSharedMemoryStatusResponse()
-
-    def cuda_shared_memory_register(self, request: pb.CudaSharedMemoryRegisterRequest
-                                    ) -> pb.CudaSharedMemoryRegisterResponse:
-        """CUDA IPC regions are not supported: Triton's answer on a build without GPU support.
-
-        Raises:
-            InvalidInput: always, "failed to register CUDA shared memory region: '<r>', GPUs not
-                supported" -> INVALID_ARGUMENT / 400.
-        """
-        raise InvalidInput(f"failed to register CUDA shared memory region: '{request.name}', GPUs not supported")
-
-    def cuda_shared_memory_unregister(self, _: pb.CudaSharedMemoryUnregisterRequest
-                                      ) -> pb.CudaSharedMemoryUnregisterResponse:
-        """Unregister one CUDA region or all of them: nothing is registered, so it succeeds (Triton)."""
-        return pb.CudaSharedMemoryUnregisterResponse()
-
-    def trace_setting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
-        """Update (when settings are given) and answer the global or a model's trace settings
-        (Triton's trace extension, ``TraceSettings``).
-
-        Raises:
-            InvalidInput: a model that is not ready ("Request for unknown model : <m>"), or a value
-                Triton would not parse -> INVALID_ARGUMENT / 400.
-            Unsupported: ``trace_file`` -> UNIMPLEMENTED / 501.
-        """
-        if request.model_name and not self._manager.is_ready(request.model_name, ""):
-            raise InvalidInput(f"Request for unknown model : {request.model_name}")
-        settings = self._tracing.settings
-        if request.settings:
-            settings.update(request.model_name, {k: list(v.value) for k, v in request.settings.items()})
-        response = pb.TraceSettingResponse()
-        for name, value in settings.current(request.model_name).items():
-            response.settings[name].value.extend(value if isinstance(value, tuple) else [value])
-        return response
-
-    def log_settings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
-        """Update (when settings are given) and answer the log settings (Triton's logging
-        extension, ``LogSettings``).
-
-        Raises:
-            InvalidInput: a value of the wrong type -> INVALID_ARGUMENT / 400.
-            Unsupported: ``log_file`` -> UNIMPLEMENTED / 501.
-            Unavailable: an unknown ``log_format`` (Triton's code) -> UNAVAILABLE / 503.
-        """
-        values = {key: getattr(value, choice) for key, value in request.settings.items()
-                  if (choice := value.WhichOneof("parameter_choice")) is not None}
-        if values:
-            self._logs.update(values)
-        response = pb.LogSettingsResponse()
-        for name, value in self._logs.current().items():
-            kind = "bool_param" if isinstance(value, bool) else "uint32_param" if isinstance(value, int) else "string_param"
-            setattr(response.settings[name], kind, value)
-        return response
+                  model.label, decoded.batch_size, report.total_ns / 1e6, report.queue_ns / 1e6)
+        return response, report
 
 
 def _heavy(arrays: list[np.ndarray]) -> bool:
@@ -549,8 +317,10 @@ def _heavy(arrays: list[np.ndarray]) -> bool:
     return is_heavy(nbytes, elements)
 
 
-def _model_name(request: pb.RepositoryModelLoadRequest | pb.RepositoryModelUnloadRequest) -> str:
-    """The model name; KServe's proto puts it in field 1 (Triton's repository_name) with no parameters."""
-    if not request.model_name and request.repository_name and not request.parameters:
-        return request.repository_name
-    return request.model_name
+def failure_code(err: BaseException) -> ErrorCode:
+    """The error class a failed request is counted under (Triton's failure reasons in metrics): a
+    ``ServerError``'s own; CANCELLED only for a request that was cancelled (its caller went away or
+    its deadline passed); INTERNAL for anything else, as its transport reports it."""
+    if isinstance(err, ServerError):
+        return err.code
+    return ErrorCode.CANCELLED if isinstance(err, asyncio.CancelledError) else ErrorCode.INTERNAL

@@ -10,7 +10,41 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from kserve_v2._proto import grpc_service_pb2 as pb
+
+
+@dataclass(slots=True)
+class RequestReport:
+    """One successful request as statistics, metrics and the transports see it.
+
+    Attributes:
+        batch_size: the request's batch size (its batch elements).
+        executions: model executions it accounts for (1, or 0 for the second and later members of
+            a merged batch).
+        execution_batch: rows (or texts) of the execution it came from; 0: its own batch size.
+        total_ns, queue_ns, compute_input_ns, compute_infer_ns, compute_output_ns: where its time
+            went (ns, the phases of ModelStatistics).
+        tokens: the tokens a text model processed for it (0 for tensor models).
+        trace_id: its trace id, when traced.
+        outputs: the output arrays, when the caller takes them instead of raw contents.
+
+    Not frozen: a frozen dataclass sets each field through ``object.__setattr__``, which costs
+    microseconds per request; callers only read it.
+    """
+
+    batch_size: int
+    executions: int
+    execution_batch: int
+    total_ns: int
+    queue_ns: int
+    compute_input_ns: int
+    compute_infer_ns: int
+    compute_output_ns: int
+    tokens: int = 0
+    trace_id: str | None = None
+    outputs: tuple[np.ndarray, ...] = ()
 
 
 @dataclass(slots=True)
@@ -50,30 +84,30 @@ class ModelStats:
     execution_count: int = 0
     last_inference_ms: int = 0
 
-    def record_success(self, batch_size: int, executions: int, total_ns: int, queue_ns: int, input_ns: int,
-                       infer_ns: int, output_ns: int, execution_batch: int = 0) -> None:
-        """Account one successful request of ``batch_size`` elements and the model executions it
-        accounts for (1, or 0 for the second and later members of a dynamic batch).
+    def record_success(self, report: RequestReport) -> None:
+        """Account one successful request: its batch elements, the model executions it accounts
+        for, and its phases.
 
         ``batch_stats`` count executions by their real batch size (Triton's
-        ``extension_statistics.md``): ``execution_batch`` rows, or the request's own size when 0;
-        a request that shares another's execution adds nothing there.
+        ``extension_statistics.md``): the execution's rows, or the request's own size; a request
+        that shares another's execution adds nothing there.
         """
         # attribute updates inline: this runs once per request (a method call per counter costs more)
         success, queue, phases = self.success, self.queue, self.phases
+        input_ns, infer_ns, output_ns = report.compute_input_ns, report.compute_infer_ns, report.compute_output_ns
         success.count += 1
-        success.ns += total_ns
+        success.ns += report.total_ns
         queue.count += 1
-        queue.ns += queue_ns
+        queue.ns += report.queue_ns
         _add_phases(phases, input_ns, infer_ns, output_ns)
-        if executions:
-            size = execution_batch or batch_size
+        if report.executions:
+            size = report.execution_batch or report.batch_size
             batch = self.by_batch.get(size)
             if batch is None:  # not setdefault: that would build a Phases per request
                 batch = self.by_batch[size] = Phases()
             _add_phases(batch, input_ns, infer_ns, output_ns)
-        self.inference_count += batch_size
-        self.execution_count += executions
+        self.inference_count += report.batch_size
+        self.execution_count += report.executions
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def record_failure(self, total_ns: int) -> None:

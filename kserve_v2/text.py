@@ -131,7 +131,7 @@ class TextRequest:
 
 
 class TextCall(Protocol):
-    """What a semantic route tells the service about one request (``InferenceService.text_infer``)."""
+    """What a semantic route tells the service about one request (``TextModels.infer``, ``kserve_v2.text_models``)."""
 
     def resolved(self, name: str) -> None:
         """The model's repository name is known (called first, before any model check)."""

@@ -23,7 +23,7 @@ a list; vLLM's ``prompt`` for one string), ``add_special_tokens`` (default true)
 the model's tokenizer gives them without truncation, with the model's ``max_model_len`` (its
 ``max_sequence_length``) and the total ``count``; for one string also vLLM's ``tokens`` (its ids).
 
-Each request is one service call, ``InferenceService.text_infer``, planned from the model's
+Each request is one service call, ``TextModels.infer``, planned from the model's
 contract (``kserve_v2.text``): tokenize asks only for the model's ``tokens`` output, which runs
 its tokenizer and not the model.
 """
@@ -105,7 +105,7 @@ class OpenAiRoutes:
             call.texts[InputKind.TEXT] = items
 
         call.check = dimensions_and_input
-        arrays, report = await self.service.text_infer(body["model"], call, dict(request.headers), "embeddings")
+        arrays, report = await self.service.text.infer(body["model"], call, dict(request.headers), "embeddings")
         dense = call.outputs[OutputKind.DENSE]
         vectors = arrays[dense.values].astype("<f4", copy=False)
         dimensions = body.get("dimensions", dense.width)
@@ -131,7 +131,7 @@ class OpenAiRoutes:
         if "prompt_name" in body:
             parameters["prompt_name"] = body["prompt_name"]
         call = Call(request, {InputKind.TEXT: items}, [(OutputKind.TOKENS, None)], parameters)
-        arrays, report = await self.service.text_infer(body["model"], call, dict(request.headers), "tokenize")
+        arrays, report = await self.service.text.infer(body["model"], call, dict(request.headers), "tokenize")
         tokens = call.outputs[OutputKind.TOKENS]
         rows, lengths = arrays[tokens.values], arrays[tokens.lengths or ""]
         bounds = np.concatenate([[0], np.cumsum(lengths)])
@@ -147,14 +147,14 @@ class OpenAiRoutes:
 
     async def list_models(self, request: Request) -> Response:
         """``GET /v1/models``: every text model, loaded or not, in both OpenAI's and SIE's shapes."""
-        infos = [model_info(info) for info in self.service.text_models()]
+        infos = [model_info(info) for info in self.service.text.models()]
         owner = self._owner()
         content = {"object": "list", "data": [self._card(info, owner) for info in infos], "models": infos}
         return render(request, content, headers={"X-Trace-ID": trace_id(request.headers)})
 
     async def one_model(self, request: Request) -> Response:
         """``GET /v1/models/{id}``: one text model's OpenAI fields beside its ModelInfo."""
-        found = self.service.text_model(request.path_params["model"])
+        found = self.service.text.model(request.path_params["model"])
         request.state.model = found.name
         if not found.kinds:
             raise NotFound(f"Model '{found.name}' is not a text model (it has no BYTES 'text' input)")

@@ -9,7 +9,7 @@ default END, Cohere's); ``instruction`` (prefixes the query); ``model`` (optiona
 loaded text model gives scores); null fields count as missing. The answer carries Cohere's ``id``,
 ``results`` (``index``, ``relevance_score``, ``document``), ``meta`` and Jina's ``model`` and
 ``usage`` (the tokenizer's tokens), best first, plus SIE's ``timing``. It is the call behind SIE's
-``/v1/score`` (``text_calls.Call.score``), run by ``InferenceService.text_infer``; errors come in
+``/v1/score`` (``text_calls.Call.score``), run by ``TextModels.infer``; errors come in
 OpenAI's envelope, as vLLM answers them (an over-long document with ``truncate: NONE``:
 ``context_length_exceeded``, naming its token count and the limit).
 """
@@ -65,7 +65,7 @@ class RerankRoutes:
             parameters["instruction"] = body["instruction"]
         call = Call.score(request, body["query"], documents, parameters)
         name = body.get("model") or self.only_scorer()
-        arrays, report = await self.service.text_infer(name, call, dict(request.headers), "rerank")
+        arrays, report = await self.service.text.infer(name, call, dict(request.headers), "rerank")
         scores = arrays[call.outputs[OutputKind.SCORE].values]
         order = sorted(range(len(documents)), key=lambda i: -float(scores[i]))
         if body.get("top_n", 0) > 0:
@@ -87,7 +87,7 @@ class RerankRoutes:
         Raises:
             InvalidField: none, or several -> 400 naming them (param ``model``).
         """
-        scorers = [info.name for info in self.service.text_models()
+        scorers = [info.name for info in self.service.text.models()
                    if info.contract is not None and OutputKind.SCORE in info.kinds]
         if len(scorers) != 1:
             raise InvalidField(f"name the model: {len(scorers)} loaded models give scores "

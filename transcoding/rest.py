@@ -203,7 +203,7 @@ class V2Routes:
         """``POST /v2/repository/index``."""
         body = load_json(await read_body(request, self.max_input_bytes))
         ready = bool(body.get("ready", False)) if isinstance(body, dict) else False
-        index = self.service.repository_index(pb.RepositoryIndexRequest(ready=ready))
+        index = self.service.extensions.repository_index(pb.RepositoryIndexRequest(ready=ready))
         rows = [{k: v for k, v in message_to_json(m).items() if v != "" or k == "name"} for m in index.models]
         return JSONResponse(rows)
 
@@ -217,19 +217,19 @@ class V2Routes:
 
     async def load(self, request: Request) -> Response:
         """``POST /v2/repository/models/{model}/load``."""
-        await self.service.repository_model_load(await self.repository_request(request, pb.RepositoryModelLoadRequest()))
+        await self.service.extensions.repository_model_load(await self.repository_request(request, pb.RepositoryModelLoadRequest()))
         return JSONResponse({})
 
     async def unload(self, request: Request) -> Response:
         """``POST /v2/repository/models/{model}/unload``."""
         message = await self.repository_request(request, pb.RepositoryModelUnloadRequest())
-        await self.service.repository_model_unload(message)
+        await self.service.extensions.repository_model_unload(message)
         return JSONResponse({})
 
     async def shm_status(self, request: Request) -> Response:
         """``GET /v2/systemsharedmemory[/region/{region}]/status``."""
         name = request.path_params.get("region", "")
-        status = self.service.system_shared_memory_status(pb.SystemSharedMemoryStatusRequest(name=name))
+        status = self.service.extensions.system_shared_memory_status(pb.SystemSharedMemoryStatusRequest(name=name))
         return JSONResponse([message_to_json(region) for region in status.regions.values()])
 
     async def shm_register(self, request: Request) -> Response:
@@ -239,7 +239,7 @@ class V2Routes:
                 isinstance(body.get(k, 0), int) and not isinstance(body.get(k, 0), bool) and 0 <= body.get(k, 0) < 2**64
                 for k in ("offset", "byte_size")):
             raise InvalidInput("the register body must be {\"key\": string, \"offset\": uint64, \"byte_size\": uint64}")
-        self.service.system_shared_memory_register(pb.SystemSharedMemoryRegisterRequest(
+        self.service.extensions.system_shared_memory_register(pb.SystemSharedMemoryRegisterRequest(
             name=request.path_params["region"], key=body["key"], offset=body.get("offset", 0),
             byte_size=body.get("byte_size", 0)))
         return JSONResponse({})
@@ -247,7 +247,7 @@ class V2Routes:
     async def shm_unregister(self, request: Request) -> Response:
         """``POST /v2/systemsharedmemory[/region/{region}]/unregister``."""
         name = request.path_params.get("region", "")
-        self.service.system_shared_memory_unregister(pb.SystemSharedMemoryUnregisterRequest(name=name))
+        self.service.extensions.system_shared_memory_unregister(pb.SystemSharedMemoryUnregisterRequest(name=name))
         return JSONResponse({})
 
 

@@ -1,7 +1,7 @@
 """The semantic endpoints of SIE's HTTP API reference: encode, score, extract, health.
 
 Each route checks its body (``sie_schema``), states the texts and output kinds it wants as a
-``text_calls.Call``, and makes one service call, ``InferenceService.text_infer``, which runs it as
+``text_calls.Call``, and makes one service call, ``TextModels.infer``, which runs it as
 a V2 request through the same path as gRPC. The model's typed contract (``kserve_v2.text``) says
 which outputs it gives, in which V2 tensors, with which widths; no inference happens here. A model
 is addressed by its repository name, or by the ``alias`` parameter of its config
@@ -23,7 +23,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kserve_v2.errors import InvalidInput
-from kserve_v2.service import InferenceService, RequestReport
+from kserve_v2.service import InferenceService
+from kserve_v2.statistics import RequestReport
 from kserve_v2.text import InputKind, OutputKind, TextContract
 from transcoding import sie_schema
 from transcoding.http_routes import guarded, resolved_model
@@ -61,7 +62,7 @@ class SieRoutes:
 
     async def run(self, call: Call, endpoint: str) -> tuple[dict[str, np.ndarray], RequestReport]:
         """The call's one execution through the service."""
-        return await self.service.text_infer(call.http.path_params["model"], call, dict(call.http.headers), endpoint)
+        return await self.service.text.infer(call.http.path_params["model"], call, dict(call.http.headers), endpoint)
 
     async def encode(self, request: Request) -> Response:
         """``POST /v1/encode/{model}``: dense, sparse and multivector embeddings of each item."""

@@ -2,7 +2,7 @@
 and SIE's ModelInfo of a text model.
 
 A route builds a ``Call`` with the texts and the output kinds its body asks for and hands it to
-``InferenceService.text_infer``, which resolves the model, gives the call the model's contract to
+``TextModels.infer`` (``kserve_v2.text_models``), which resolves the model, gives the call the model's contract to
 check the request against and to name the V2 tensors, and runs it: one service call per request.
 """
 

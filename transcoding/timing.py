@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import INVALID_TRACE_ID, get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from kserve_v2.service import RequestReport
+from kserve_v2.statistics import RequestReport
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _IDS = RandomIdGenerator()

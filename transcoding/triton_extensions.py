@@ -42,7 +42,7 @@ def extension_routes(service: InferenceService, max_input_bytes: int, wrap: Call
         message = pb.TraceSettingRequest(model_name=request.path_params.get("model", ""))
         for name, value in (await body_object(request)).items():
             message.settings[name].value.extend(_trace_values(name, value))
-        answer = service.trace_setting(message)
+        answer = service.extensions.trace_setting(message)
         return JSONResponse({name: list(v.value) if name == "trace_level" else (v.value[0] if v.value else "")
                              for name, v in answer.settings.items()})
 
@@ -51,11 +51,11 @@ def extension_routes(service: InferenceService, max_input_bytes: int, wrap: Call
         for name, value in (await body_object(request)).items():
             if value is not None:  # Triton skips null settings
                 _log_value(message.settings[name], name, value)
-        answer = service.log_settings(message)
+        answer = service.extensions.log_settings(message)
         return JSONResponse({name: getattr(v, v.WhichOneof("parameter_choice")) for name, v in answer.settings.items()})
 
     async def cuda_status(request: Request) -> Response:
-        status = service.cuda_shared_memory_status(pb.CudaSharedMemoryStatusRequest(
+        status = service.extensions.cuda_shared_memory_status(pb.CudaSharedMemoryStatusRequest(
             name=request.path_params.get("region", "")))
         return JSONResponse([message_to_json(region) for region in status.regions.values()])
 
@@ -71,12 +71,12 @@ def extension_routes(service: InferenceService, max_input_bytes: int, wrap: Call
         numbers = {key: body.get(key, 0) for key in ("device_id", "byte_size")}
         if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 for v in numbers.values()):
             raise InvalidInput("'device_id' and 'byte_size' must be unsigned integers")
-        service.cuda_shared_memory_register(pb.CudaSharedMemoryRegisterRequest(
+        service.extensions.cuda_shared_memory_register(pb.CudaSharedMemoryRegisterRequest(
             name=request.path_params["region"], raw_handle=raw, **numbers))
         return JSONResponse({})
 
     async def cuda_unregister(request: Request) -> Response:
-        service.cuda_shared_memory_unregister(pb.CudaSharedMemoryUnregisterRequest(
+        service.extensions.cuda_shared_memory_unregister(pb.CudaSharedMemoryUnregisterRequest(
             name=request.path_params.get("region", "")))
         return JSONResponse({})
 

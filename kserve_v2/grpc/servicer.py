@@ -67,37 +67,37 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         return self._service.model_statistics(request)
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Context) -> pb.RepositoryIndexResponse:
-        return self._service.repository_index(request)
+        return self._service.extensions.repository_index(request)
 
     async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest, context: Context) -> pb.RepositoryModelLoadResponse:
-        return await self._service.repository_model_load(request)
+        return await self._service.extensions.repository_model_load(request)
 
     async def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest, context: Context) -> pb.RepositoryModelUnloadResponse:
-        return await self._service.repository_model_unload(request)
+        return await self._service.extensions.repository_model_unload(request)
 
     async def SystemSharedMemoryStatus(self, request: pb.SystemSharedMemoryStatusRequest, context: Context) -> pb.SystemSharedMemoryStatusResponse:
-        return self._service.system_shared_memory_status(request)
+        return self._service.extensions.system_shared_memory_status(request)
 
     async def SystemSharedMemoryRegister(self, request: pb.SystemSharedMemoryRegisterRequest, context: Context) -> pb.SystemSharedMemoryRegisterResponse:
-        return self._service.system_shared_memory_register(request)
+        return self._service.extensions.system_shared_memory_register(request)
 
     async def SystemSharedMemoryUnregister(self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context) -> pb.SystemSharedMemoryUnregisterResponse:
-        return self._service.system_shared_memory_unregister(request)
+        return self._service.extensions.system_shared_memory_unregister(request)
 
     async def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest, context: Context) -> pb.CudaSharedMemoryStatusResponse:
-        return self._service.cuda_shared_memory_status(request)
+        return self._service.extensions.cuda_shared_memory_status(request)
 
     async def CudaSharedMemoryRegister(self, request: pb.CudaSharedMemoryRegisterRequest, context: Context) -> pb.CudaSharedMemoryRegisterResponse:
-        return self._service.cuda_shared_memory_register(request)
+        return self._service.extensions.cuda_shared_memory_register(request)
 
     async def CudaSharedMemoryUnregister(self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context) -> pb.CudaSharedMemoryUnregisterResponse:
-        return self._service.cuda_shared_memory_unregister(request)
+        return self._service.extensions.cuda_shared_memory_unregister(request)
 
     async def TraceSetting(self, request: pb.TraceSettingRequest, context: Context) -> pb.TraceSettingResponse:
-        return self._service.trace_setting(request)
+        return self._service.extensions.trace_setting(request)
 
     async def LogSettings(self, request: pb.LogSettingsRequest, context: Context) -> pb.LogSettingsResponse:
-        return self._service.log_settings(request)
+        return self._service.extensions.log_settings(request)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
