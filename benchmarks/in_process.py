@@ -3,7 +3,7 @@
 Two measurements, each the process CPU time of many calls divided by their number:
 - grpc: what the gRPC handler does per request: parse a fresh ModelInferRequest from its bytes (as
   grpc.aio's deserializer does), ``InferenceService.model_infer``, serialize the response;
-- rest: the REST ASGI application (``transcoding.rest.build_app``, metrics on) answering
+- rest: the REST ASGI application (``transcoding.http_app.build_app``, metrics on) answering
   ``POST /v2/models/simple/infer`` with a JSON body, without uvicorn.
 Each call yields to the event loop once, as a server would between requests. These figures are
 the steadiest on a shared machine; in the running server the same code costs about 1.5-2 times as
@@ -44,7 +44,10 @@ async def _measure(source: Path, requests: int) -> dict[str, float]:
     from kserve_v2.metrics import InferenceMetrics
     from kserve_v2.repository.manager import ModelManager
     from kserve_v2.service import InferenceService, ServerState
-    from transcoding.rest import build_app
+    try:
+        from transcoding.http_app import build_app
+    except ImportError:  # a checkout from before the HTTP application left transcoding.rest (--source)
+        from transcoding.rest import build_app
 
     manager = ModelManager([source / "examples" / "model_repository"], 0, lambda: None, ready_when_empty=True)
     await manager.load_startup_models(["simple"])

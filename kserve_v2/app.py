@@ -40,7 +40,7 @@ from kserve_v2.tracing import Tracing
 from kserve_v2.restrictions import parse_restrictions
 from transcoding.http_access import AccessMiddleware
 from transcoding.http_limits import ConnectionLimits
-from transcoding.rest import build_app, build_metrics_app
+from transcoding.http_app import build_app, build_metrics_app
 from transcoding.sie_metrics import SieMetrics
 from transcoding.server import HttpServer, TlsFiles
 

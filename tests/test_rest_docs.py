@@ -17,7 +17,7 @@ LIST_ROUTES = """
 import re
 from prometheus_client import CollectorRegistry
 from starlette.routing import Route
-from transcoding.rest import build_app
+from transcoding.http_app import build_app
 from kserve_v2.status import StatusReporter
 registry = CollectorRegistry()  # metrics and status on, as the example server runs; unwrap the metrics middleware
 app = build_app(None, 1, registry, StatusReporter(None, registry, 0)).app

@@ -2,70 +2,42 @@
 
 A route parses HTTP into the protobuf request the gRPC servicer would receive, calls the same
 ``InferenceService`` method, and renders its protobuf response as JSON (KServe's Open Inference Protocol, REST; Triton's
-``docs/protocol`` extensions). Errors come from the one table in ``http_status``.
+``docs/protocol`` extensions). Errors come from the one table in ``http_status``. The application
+serving these routes with the others is built in ``transcoding.http_app``.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import swagger_ui_bundle
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
-from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
-from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
-from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput
 from kserve_v2.inference import Buffer
 from kserve_v2.offload import in_process, in_thread, is_heavy
 from kserve_v2.service import InferenceService
-from kserve_v2.status import StatusReporter
 from transcoding.http_body import compressed, header_values, read_body
-from transcoding.http_metrics import HttpMetrics, HttpMetricsMiddleware
 from transcoding.http_routes import Handler, guarded
 from transcoding.http_status import error_response
 from transcoding.json_pb import message_to_json
 from transcoding.json_tensors import (HttpInfer, load_json, parse_detached, parse_infer_request, render_detached,
                                      render_infer_response)
-from transcoding.openai_embeddings import openai_routes
 from transcoding.raw_binary import raw_binary_request
-from transcoding.openapi import openapi_document
-from transcoding.rerank import rerank_routes
-from transcoding.sie import sie_routes
-from transcoding.status_page import status_page, status_socket
 from transcoding.timing import timing_headers
 from transcoding.triton_extensions import extension_routes
 
 HEADER_LENGTH = "inference-header-content-length"
 _HEADER_LENGTH = HEADER_LENGTH.encode()
-# response headers a browser script may read under CORS
-EXPOSED_HEADERS = (HEADER_LENGTH, "X-Trace-ID", "X-Total-Time", "X-Queue-Time", "X-Tokenization-Time",
-                   "X-Inference-Time", "X-Postprocessing-Time", "Retry-After")
-# the infer routes' paths, as Starlette's router matches {model} and {version} (no slash in either)
-_INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
-# Swagger UI from the swagger-ui-bundle package's files: the page works with no network.
-DOCS_PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><title>kserve_v2 REST API</title>
-<link rel="stylesheet" href="/docs/assets/swagger-ui.css"></head>
-<body><div id="swagger-ui"></div><script src="/docs/assets/swagger-ui-bundle.js"></script>
-<script>window.ui = SwaggerUIBundle({url: "/api-doc/openapi.json", dom_id: "#swagger-ui"});</script>
-</body></html>
-"""
 
 
 class V2Routes:
@@ -257,100 +229,6 @@ def v2_error(_: Request, err: Exception) -> Response:
     if isinstance(err, HTTPException):
         return JSONResponse({"error": err.detail}, status_code=err.status_code, headers=err.headers)
     return error_response(err)
-
-
-def build_app(service: InferenceService, max_input_bytes: int, registry: CollectorRegistry | None = None,
-              reporter: StatusReporter | None = None, token_ids: str = "tiktoken",
-              cors_origins: Sequence[str] = ()) -> ASGIApp:
-    """The ASGI application of every HTTP route: V2 (``V2Routes``), SIE (``transcoding.sie``),
-    OpenAI (``transcoding.openai_embeddings``), docs, metrics and status.
-
-    Args:
-        service: the one request path.
-        max_input_bytes: largest request body, after decompression (413 above it).
-        registry: the Prometheus registry to serve at /metrics and to record HTTP metrics in;
-            None when metrics are off.
-        reporter: the status object for /ws/status and the /status page (None: neither route).
-        token_ids: how /v1/embeddings reads token-id input (``transcoding.token_ids``).
-        cors_origins: origins allowed to call from a browser (Fetch standard CORS, answered by
-            Starlette's ``CORSMiddleware``; ``*`` any); empty: no CORS headers and preflights get 405.
-    """
-    v2 = V2Routes(service, max_input_bytes)
-    routes = [*v2.routes(), *docs_routes(openapi_document(metrics=registry is not None, status=reporter is not None)),
-              *sie_routes(service, max_input_bytes), *openai_routes(service, max_input_bytes, token_ids),
-              *rerank_routes(service, max_input_bytes)]
-    if registry is not None:
-        routes.append(Route("/metrics", metrics_endpoint(registry), methods=["GET"]))
-    if reporter is not None:
-        routes += [WebSocketRoute("/ws/status", status_socket(reporter)), Route("/status", status_page, methods=["GET"])]
-    middleware = [Middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"],
-                             expose_headers=list(EXPOSED_HEADERS))] if cors_origins else []
-    app = Starlette(routes=routes, exception_handlers={HTTPException: _routing_error}, middleware=middleware)
-    served = app if cors_origins else InferFirst(app, guarded(v2.infer, v2_error))  # with CORS, every request goes through it
-    if registry is None:
-        return served
-    return HttpMetricsMiddleware(served, HttpMetrics(registry), app.routes, lambda name: service.has_model(name))
-
-
-async def _routing_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own HTTP errors in V2's envelope (an async handler: Starlette runs sync ones on a thread)."""
-    return v2_error(request, exc)
-
-
-def docs_routes(document: dict[str, Any]) -> list[BaseRoute]:
-    """``/docs`` (Swagger UI from the swagger-ui-bundle package: no network) and ``/api-doc/openapi.json``."""
-
-    async def docs(_: Request) -> Response:
-        return HTMLResponse(DOCS_PAGE)
-
-    async def openapi(_: Request) -> Response:
-        return JSONResponse(document)
-
-    return [Route("/docs", docs, methods=["GET"]), Route("/api-doc/openapi.json", openapi, methods=["GET"]),
-            Mount("/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")]
-
-
-class InferFirst:
-    """``POST /v2/models/{model}[/versions/{version}]/infer`` straight to its handler; everything
-    else through the router. The same route and handler the router has, without walking the
-    route table per request (the infer route is the hot one).
-
-    Attributes:
-        app: the Starlette application; ``routes``: its routes.
-    """
-
-    def __init__(self, app: Starlette, infer: Handler) -> None:
-        self.app = app
-        self.routes = app.routes
-        self._infer = infer
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            match = _INFER_PATH.fullmatch(scope["path"])
-            if match is not None:
-                model, version = match.groups()
-                scope["path_params"] = {"model": model} if version is None else {"model": model, "version": version}
-                response = await self._infer(Request(scope, receive))
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-def metrics_endpoint(registry: CollectorRegistry) -> Handler:
-    """GET /metrics: the registry in OpenMetrics when ``Accept`` asks for
-    ``application/openmetrics-text``, else in the Prometheus text format (prometheus-client's own
-    content negotiation, ``choose_encoder``)."""
-
-    async def metrics(request: Request) -> Response:
-        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
-        return Response(encoder(registry), headers={"Content-Type": content_type})
-
-    return metrics
-
-
-def build_metrics_app(registry: CollectorRegistry) -> Starlette:
-    """The application of the metrics port: /metrics only."""
-    return Starlette(routes=[Route("/metrics", metrics_endpoint(registry), methods=["GET"])])
 
 
 def _path(request: Request) -> tuple[str, str]:
