@@ -29,6 +29,7 @@ from kserve_v2.grpc.server import SERVICE_NAME, build_server
 from kserve_v2.gpu import GpuCollector
 from kserve_v2.log_settings import LogSettings
 from kserve_v2.metrics import InferenceMetrics
+from kserve_v2.offload import Offload
 from kserve_v2.repository import layout, poller
 from kserve_v2.repository.manager import ModelManager
 from kserve_v2.runtime.device import cuda_device_count
@@ -84,8 +85,9 @@ class App:
         logs = LogSettings(settings.log_verbose)
         budget = MemoryBudget(settings.max_request_decoded_bytes, settings.request_memory_pool_bytes)
         self.metrics = metrics
+        self.offload = Offload()  # the decode threads and the JSON worker process, for gRPC and REST alike
         self.service = InferenceService(self.manager, self.state, settings.server_name, settings.model_control_mode,
-                                        metrics, self.tracing, memory, logs, budget)
+                                        metrics, self.tracing, memory, logs, budget, self.offload)
         self.server, self.health, self.servicer, self.grpc_port = build_server(self.service, settings)
         self.http: HttpServer | None = None
         limits = ConnectionLimits(settings.http_header_timeout_secs, settings.http_body_timeout_secs,
@@ -147,6 +149,7 @@ class App:
         startup.cancel()
         interval.cancel()
         await self.manager.close()
+        self.offload.close()
         await asyncio.to_thread(self.tracing.shutdown)
         log.info("server stopped")
         return 0

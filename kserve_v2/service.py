@@ -29,7 +29,7 @@ from kserve_v2.lifecycle import ModelLifecycle
 from kserve_v2.log_settings import LogSettings
 from kserve_v2.metrics import V2_API, InferenceMetrics
 from kserve_v2.model import ModelVersion
-from kserve_v2.offload import in_thread, is_heavy
+from kserve_v2.offload import Offload, is_heavy
 from kserve_v2.responses import encode_response
 from kserve_v2.settings import Settings
 from kserve_v2.shared_memory import SharedMemoryRegistry
@@ -80,12 +80,14 @@ class InferenceService:
             memory is off (``--allow-client-shm``).
         logs: the log settings of Triton's logging extension.
         budget: the request memory limits (``kserve_v2.budget``; the flags' defaults when None).
+        offload: the pools heavy decoding and encoding run on (``kserve_v2.offload``; pools of its
+            own when None), also ``offload`` for the REST routes.
     """
 
     def __init__(self, manager: ModelLifecycle, state: ServerState, server_name: str, control_mode: str,
                  metrics: InferenceMetrics | None = None, tracing: Tracing | None = None,
                  shared_memory: SharedMemoryRegistry | None = None, logs: LogSettings | None = None,
-                 budget: MemoryBudget | None = None) -> None:
+                 budget: MemoryBudget | None = None, offload: Offload | None = None) -> None:
         self._memory = shared_memory
         self._budget = budget or MemoryBudget(Settings.max_request_decoded_bytes, Settings.request_memory_pool_bytes)
         self._manager = manager
@@ -93,6 +95,7 @@ class InferenceService:
         self._state = state
         self._server_name = server_name
         self._metrics = metrics
+        self.offload = offload or Offload()
         self.extensions = TritonExtensions(manager, control_mode, shared_memory, self._tracing.settings,
                                            logs or LogSettings(0))
         self.text = TextModels(manager, self.run_version)
@@ -264,7 +267,7 @@ class InferenceService:
             # a request that costs nothing here cannot fail the budget: no reservation to hold
             with self._budget.reserve(cost, model.name) if cost else _UNRESERVED:
                 if cost and is_heavy(cost, elements):
-                    decoded = await in_thread(decode_request, request, model.spec, regions, raw_inputs)
+                    decoded = await self.offload.in_thread(decode_request, request, model.spec, regions, raw_inputs)
                 else:
                     decoded = decode_request(request, model.spec, regions, raw_inputs)
                 decoded_at = time.perf_counter_ns()
@@ -279,8 +282,9 @@ class InferenceService:
                 decoded.feeds.clear()  # the inputs' decoded copies are not needed to encode: free them first
                 # without raw contents or shared memory, encoding only describes the outputs: nothing heavy
                 if (raw_outputs or decoded.output_memory) and _heavy(execution.outputs):
-                    response, arrays = await in_thread(encode_response, request, model.spec, model.version,
-                                                       decoded, execution.outputs, raw_outputs, execution.parameters)
+                    response, arrays = await self.offload.in_thread(encode_response, request, model.spec,
+                                                                    model.version, decoded, execution.outputs,
+                                                                    raw_outputs, execution.parameters)
                 else:
                     response, arrays = encode_response(request, model.spec, model.version, decoded, execution.outputs,
                                                        raw_outputs, execution.parameters)

@@ -24,7 +24,7 @@ from starlette.routing import BaseRoute, Route
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput
 from kserve_v2.inference import Buffer
-from kserve_v2.offload import in_process, in_thread, is_heavy
+from kserve_v2.offload import is_heavy
 from kserve_v2.service import InferenceService
 from transcoding.http_body import compressed, header_values, read_body
 from transcoding.http_routes import Handler, guarded
@@ -135,15 +135,16 @@ class V2Routes:
         content: Sequence[Buffer]  # the JSON, then the binary outputs
         json_length: int | None
         if _json_heavy(response, parsed, arrays):  # the JSON writer holds the GIL throughout: a worker process
-            content, json_length = await in_process(render_detached, response,
-                                                    replace(parsed, request=pb.ModelInferRequest(), raw=[]), arrays)
+            detached = replace(parsed, request=pb.ModelInferRequest(), raw=[])
+            content, json_length = await self.service.offload.in_process(render_detached, response, detached, arrays)
         else:  # binary outputs are views of the arrays; BYTES are framed or decoded element by element
             texts = 0
             for array in arrays:
                 if array.dtype.hasobject:
                     texts += array.size
             if is_heavy(0, texts):
-                content, json_length = await in_thread(render_infer_response, response, parsed, arrays)
+                content, json_length = await self.service.offload.in_thread(render_infer_response, response, parsed,
+                                                                            arrays)
             else:
                 content, json_length = render_infer_response(response, parsed, arrays)
         headers = timing_headers(report, time.perf_counter_ns() - received)
@@ -154,7 +155,7 @@ class V2Routes:
         media = "application/json" if json_length is None else "application/octet-stream"
         encodings = accept.decode("latin-1") if accept else ""
         if encodings and is_heavy(sum(map(len, content))):
-            return await in_thread(compressed, content, encodings, headers, media)
+            return await self.service.offload.in_thread(compressed, content, encodings, headers, media)
         return compressed(content, encodings, headers, media)
 
     async def parse_infer(self, request: Request, name: str, version: str, header: bytes | None) -> HttpInfer:
@@ -167,7 +168,8 @@ class V2Routes:
             return raw_binary_request(body, name, version, config)
         json_bytes = len(body) if header_length is None else header_length
         if is_heavy(json_bytes):  # the JSON parser holds the GIL throughout: a worker process
-            return await in_process(parse_detached, body, header_length, name, version, self.max_input_bytes)
+            return await self.service.offload.in_process(parse_detached, body, header_length, name, version,
+                                                         self.max_input_bytes)
         # binary inputs stay views of the body: nothing heavy; the JSON text is freed once parsed
         return parse_infer_request(body, header_length, name, version, self.max_input_bytes)
 
