@@ -90,22 +90,23 @@ class App:
                                         metrics, self.tracing, memory, logs, budget, self.offload)
         self.server, self.health, self.servicer, self.grpc_port = build_server(self.service, settings)
         self.http: HttpServer | None = None
-        limits = ConnectionLimits(settings.http_header_timeout_secs, settings.http_body_timeout_secs,
-                                  settings.http_max_header_size, settings.http_max_chunks)
+        http_settings = settings.http
+        limits = ConnectionLimits(http_settings.header_timeout_secs, http_settings.body_timeout_secs,
+                                  http_settings.max_header_size, http_settings.max_chunks)
         http_server = partial(HttpServer, exit_timeout_secs=settings.exit_timeout_secs, limits=limits,
-                              keepalive_timeout_s=settings.http_keepalive_timeout_secs,
-                              max_connections=settings.http_max_connections)
+                              keepalive_timeout_s=http_settings.keepalive_timeout_secs,
+                              max_connections=http_settings.max_connections)
         if settings.allow_http:
             reporter = StatusReporter(self.manager, registry, gpus)
-            app = build_app(self.service, settings.http_max_input_size, registry, reporter,
-                            settings.openai_token_ids, settings.cors_allowed_origins)
-            restrictions = parse_restrictions(settings.http_restricted_api)
+            app = build_app(self.service, http_settings.max_input_size, registry, reporter,
+                            settings.openai_token_ids, http_settings.cors_allowed_origins)
+            restrictions = parse_restrictions(http_settings.restricted_api)
             if restrictions or settings.api_key:  # otherwise no per-request work for access control
                 app = AccessMiddleware(app, restrictions, settings.api_key)
             tls = None
-            if settings.http_use_ssl or settings.http_use_ssl_mutual:
-                tls = TlsFiles(settings.http_server_cert, settings.http_server_key, settings.http_root_cert,
-                               settings.http_use_ssl_mutual)
+            if http_settings.tls.enabled:
+                tls = TlsFiles(http_settings.tls.server_cert, http_settings.tls.server_key, http_settings.tls.root_cert,
+                               http_settings.tls.mutual)
             self.http = http_server(app, settings.http_address, settings.http_port, tls=tls)
         self.metrics_server: HttpServer | None = None
         if registry is not None:

@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,15 +29,15 @@ import uvloop
 
 from kserve_v2 import __version__
 from kserve_v2.allocator import huge_page_environment, this_host
-from kserve_v2.metrics_config import parse_metrics_config
-from kserve_v2.restrictions import GROUPS, parse_restrictions
-from kserve_v2.settings import TOKEN_ID_MODES, Settings
-from kserve_v2.trace_config import parse_trace_config
+from kserve_v2.metrics_config import MetricsConfig, parse_metrics_config
+from kserve_v2.restrictions import GROUPS
+from kserve_v2.settings import (CONTROL_MODES, EVENT_LOOPS, LOG_FORMATS, TOKEN_ID_MODES, GrpcSettings, HttpSettings,
+                                Settings, TlsSettings)
+from kserve_v2.trace_config import TraceConfig, parse_trace_config
 
 ENV_PREFIX = "KSERVE_V2_"
-CONTROL_MODES = ("none", "explicit", "poll")
-EVENT_LOOPS = ("uvloop", "asyncio")
-LOG_FORMATS = ("text", "json")
+# Settings fields that are not one flag each: they are built from several flags (see _settings)
+_GROUPED = {"model_repositories", "load_models", "metrics_config", "trace_config", "grpc", "http"}
 # Triton's spellings: the `tritonserver` command runs `serve`; `--model-store` is `--model-repository`.
 TRITON_ALIASES = {"serve": ["tritonserver"], "--model-repository": ["--model-store"]}
 # Triton's switches for what this server always does (or never does): only that value is accepted.
@@ -98,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     flag("allow-http", defaults.allow_http, "serve the V2 REST API", type=_bool)
     flag("http-address", defaults.http_address, "address the HTTP server binds")
     flag("http-port", defaults.http_port, "HTTP port (0 picks a free one and logs it)", type=int)
-    flag("http-max-input-size", defaults.http_max_input_size,
+    flag("http-max-input-size", defaults.http.max_input_size,
          "largest HTTP request body in bytes, after decompression (larger gets 413)", type=int)
     flag("max-request-decoded-bytes", defaults.max_request_decoded_bytes,
          "most bytes one inference request may hold at its peak, as estimated before decoding (its tensors' "
@@ -158,15 +159,15 @@ def _parser() -> argparse.ArgumentParser:
     flag("log-verbose", defaults.log_verbose, "verbose logging level (0 = info)", type=int)
     flag("log-format", defaults.log_format, "log line format: 'text', or 'json' (one object a line)",
          choices=LOG_FORMATS)
-    flag("grpc-keepalive-time", defaults.grpc_keepalive_time, "ms between server keepalive pings", type=int)
-    flag("grpc-keepalive-timeout", defaults.grpc_keepalive_timeout, "ms to wait for a keepalive ping ack", type=int)
-    flag("grpc-keepalive-permit-without-calls", defaults.grpc_keepalive_permit_without_calls,
+    flag("grpc-keepalive-time", defaults.grpc.keepalive_time, "ms between server keepalive pings", type=int)
+    flag("grpc-keepalive-timeout", defaults.grpc.keepalive_timeout, "ms to wait for a keepalive ping ack", type=int)
+    flag("grpc-keepalive-permit-without-calls", defaults.grpc.keepalive_permit_without_calls,
          "allow keepalive pings on connections with no call in flight", type=_bool)
-    flag("grpc-http2-max-pings-without-data", defaults.grpc_http2_max_pings_without_data,
+    flag("grpc-http2-max-pings-without-data", defaults.grpc.http2_max_pings_without_data,
          "pings the server sends without data before it must wait for data", type=int)
-    flag("grpc-http2-min-recv-ping-interval-without-data", defaults.grpc_http2_min_recv_ping_interval_without_data,
+    flag("grpc-http2-min-recv-ping-interval-without-data", defaults.grpc.http2_min_recv_ping_interval_without_data,
          "minimum ms between client pings without data before they count as strikes", type=int)
-    flag("grpc-http2-max-ping-strikes", defaults.grpc_http2_max_ping_strikes,
+    flag("grpc-http2-max-ping-strikes", defaults.grpc.http2_max_ping_strikes,
          "bad pings tolerated before the connection is closed (0 = unlimited)", type=int)
     for name, (value, why) in TRITON_FIXED.items():
         flag(name, value, f"Triton's flag; only {str(value).lower()} is accepted: {why}", type=_bool)
@@ -196,21 +197,22 @@ def _prefixed(setting: str) -> Callable[[str], str]:
 # ---- connection hygiene, TLS and access control ----
 
 def _network_flags(serve: argparse.ArgumentParser, flag: Callable[..., None], defaults: Settings) -> None:
-    flag("http-header-timeout-secs", defaults.http_header_timeout_secs,
+    flag("http-header-timeout-secs", defaults.http.header_timeout_secs,
          "seconds a request's line and headers may take to arrive (else 408 and close)", type=float)
-    flag("http-body-timeout-secs", defaults.http_body_timeout_secs,
+    flag("http-body-timeout-secs", defaults.http.body_timeout_secs,
          "seconds a request body may stall between reads (else 408 and close)", type=float)
-    flag("http-keepalive-timeout-secs", defaults.http_keepalive_timeout_secs,
+    flag("http-keepalive-timeout-secs", defaults.http.keepalive_timeout_secs,
          "seconds an idle keep-alive connection stays open", type=float)
-    flag("http-max-connections", defaults.http_max_connections,
+    flag("http-max-connections", defaults.http.max_connections,
          "open HTTP connections (and requests in progress) beyond which requests get 503", type=int)
-    flag("http-max-header-size", defaults.http_max_header_size,
+    flag("http-max-header-size", defaults.http.max_header_size,
          "bytes of request line and headers beyond which a request gets 431 and the connection closes", type=int)
-    flag("http-max-chunks", defaults.http_max_chunks,
+    flag("http-max-chunks", defaults.http.max_chunks,
          "chunks one chunked request body may have (Triton's cap; more gets 400 and close)", type=int)
     for proto in ("grpc", "http"):
-        flag(f"{proto}-use-ssl", getattr(defaults, f"{proto}_use_ssl"), f"serve {proto} over TLS", type=_bool)
-        flag(f"{proto}-use-ssl-mutual", getattr(defaults, f"{proto}_use_ssl_mutual"),
+        tls: TlsSettings = getattr(defaults, proto).tls
+        flag(f"{proto}-use-ssl", tls.use_ssl, f"serve {proto} over TLS", type=_bool)
+        flag(f"{proto}-use-ssl-mutual", tls.mutual,
              f"serve {proto} over mutual TLS: clients need a certificate signed by --{proto}-root-cert", type=_bool)
         flag(f"{proto}-server-cert", "", f"PEM certificate (chain) of the {proto} server")
         flag(f"{proto}-server-key", "", f"PEM private key of the {proto} server")
@@ -227,29 +229,9 @@ def _network_flags(serve: argparse.ArgumentParser, flag: Callable[..., None], de
          "(empty: no token); prefer the environment variable")
 
 
-def _check_network(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for name in ("http_header_timeout_secs", "http_body_timeout_secs", "http_keepalive_timeout_secs",
-                 "http_max_connections", "http_max_header_size", "http_max_chunks"):
-        if getattr(args, name) <= 0:
-            parser.error(f"--{name.replace('_', '-')} must be > 0")
-    for proto in ("grpc", "http"):
-        if getattr(args, f"{proto}_use_ssl") or getattr(args, f"{proto}_use_ssl_mutual"):
-            needed = ["server_cert", "server_key"] + (["root_cert"] if getattr(args, f"{proto}_use_ssl_mutual") else [])
-            for part in needed:
-                path = getattr(args, f"{proto}_{part}")
-                if not path or not Path(path).is_file():
-                    parser.error(f"--{proto}-{part.replace('_', '-')} must name a PEM file for TLS, got '{path}'")
-    for name in ("grpc_restricted_protocol", "http_restricted_api"):
-        specs = tuple(getattr(args, name) or ())
-        try:
-            parse_restrictions(specs, name.replace("_", "-"))
-        except ValueError as err:
-            parser.error(str(err))  # Triton's texts, which name the flag where it matters
-        setattr(args, name, specs)
-
-
 def parse_settings(argv: Sequence[str]) -> Settings:
-    """Turn ``serve`` arguments (and environment variables) into Settings; exits with usage on error."""
+    """Turn ``serve`` arguments (and environment variables) into Settings; exits with usage on error
+    (Settings' own checks included: ``kserve_v2.settings``)."""
     parser = _parser()
     args = parser.parse_args(argv)
     repositories = args.model_repository
@@ -257,44 +239,41 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         repositories = [Path(p) for p in os.environ[ENV_PREFIX + "MODEL_REPOSITORY"].split(":") if p]
     if not repositories:
         parser.error("--model-repository is required")
-    for repo in repositories:
-        if not repo.is_dir() and args.exit_on_error:  # else the server starts, not live (kserve_v2.app)
-            parser.error(f"model repository '{repo}' is not a directory")
-    # argparse converts string defaults (environment values) with `type`, but checks no choices there.
-    if args.event_loop not in EVENT_LOOPS:
-        parser.error(f"--event-loop must be one of {EVENT_LOOPS}, got '{args.event_loop}'")
-    if args.log_format not in LOG_FORMATS:
-        parser.error(f"--log-format must be one of {LOG_FORMATS}, got '{args.log_format}'")
-    if args.model_control_mode not in CONTROL_MODES:
-        parser.error(f"--model-control-mode must be one of {CONTROL_MODES}, got '{args.model_control_mode}'")
-    if args.load_model and args.model_control_mode != "explicit":
-        parser.error("--load-model needs --model-control-mode explicit")
-    if args.repository_poll_secs <= 0:
-        parser.error("--repository-poll-secs must be > 0")
-    if args.http_max_input_size <= 0:
-        parser.error("--http-max-input-size must be > 0")
-    if args.max_request_decoded_bytes <= 0 or args.request_memory_pool_bytes < args.max_request_decoded_bytes:
-        parser.error("--max-request-decoded-bytes must be > 0 and at most --request-memory-pool-bytes")
-    if args.openai_token_ids not in TOKEN_ID_MODES:
-        parser.error(f"--openai-token-ids must be one of {TOKEN_ID_MODES}, got '{args.openai_token_ids}'")
-    fixed = [name.replace("-", "_") for name in TRITON_FIXED]
     for name, (value, why) in TRITON_FIXED.items():
         if getattr(args, name.replace("-", "_")) != value:
             parser.error(f"--{name}={str(not value).lower()} is not supported: {why}")
-    origins = tuple(o.strip() for o in args.cors_allowed_origins.split(",") if o.strip())
-    _check_network(parser, args)
-    if args.metrics_interval_ms <= 0:
-        parser.error("--metrics-interval-ms must be > 0")
     try:
         metrics_config = parse_metrics_config(args.metrics_config or ())
         trace_config = parse_trace_config(args.trace_config or (), args.trace_otlp_endpoint)
+        return _settings(args, tuple(repositories), metrics_config, trace_config)
     except ValueError as err:
-        parser.error(str(err))
-    skip = ("command", "model_repository", "load_model", "cors_allowed_origins", "metrics_config", "trace_config",
-            "trace_otlp_endpoint", *fixed)
-    values = {k: v for k, v in vars(args).items() if k not in skip}
-    return Settings(model_repositories=tuple(repositories), load_models=tuple(args.load_model or ()),
-                    cors_allowed_origins=origins, metrics_config=metrics_config, trace_config=trace_config, **values)
+        parser.error(str(err))  # Triton's texts where Triton has them, naming the flag
+
+
+def _settings(args: argparse.Namespace, repositories: tuple[Path, ...], metrics_config: MetricsConfig,
+              trace_config: TraceConfig) -> Settings:
+    """The Settings of parsed arguments (argparse converts environment defaults with ``type`` but
+    checks no ``choices`` on them: Settings check every value).
+
+    Raises:
+        ValueError: what Settings refuse.
+    """
+    grpc = GrpcSettings(args.grpc_keepalive_time, args.grpc_keepalive_timeout, args.grpc_keepalive_permit_without_calls,
+                        args.grpc_http2_max_pings_without_data, args.grpc_http2_min_recv_ping_interval_without_data,
+                        args.grpc_http2_max_ping_strikes, tuple(args.grpc_restricted_protocol or ()), _tls(args, "grpc"))
+    origins = tuple(o.strip() for o in args.cors_allowed_origins.split(",") if o.strip())
+    http = HttpSettings(args.http_max_input_size, args.http_header_timeout_secs, args.http_body_timeout_secs,
+                        args.http_keepalive_timeout_secs, args.http_max_connections, args.http_max_header_size,
+                        args.http_max_chunks, tuple(args.http_restricted_api or ()), origins, _tls(args, "http"))
+    flat = {f.name: getattr(args, f.name) for f in fields(Settings) if f.name not in _GROUPED}
+    return Settings(model_repositories=repositories, load_models=tuple(args.load_model or ()),
+                    metrics_config=metrics_config, trace_config=trace_config, grpc=grpc, http=http, **flat)
+
+
+def _tls(args: argparse.Namespace, proto: str) -> TlsSettings:
+    """The TLS settings of ``proto`` (``grpc`` or ``http``) from its ``--<proto>-use-ssl*`` and certificate flags."""
+    return TlsSettings(*(getattr(args, f"{proto}_{part}") for part in ("use_ssl", "use_ssl_mutual", "server_cert",
+                                                                        "server_key", "root_cert")))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,7 +14,7 @@ from kserve_v2.grpc.registration import CheckedRegistration
 from kserve_v2.grpc.servicer import Servicer
 from kserve_v2.restrictions import parse_restrictions
 from kserve_v2.service import InferenceService
-from kserve_v2.settings import Settings
+from kserve_v2.settings import Settings, TlsSettings
 
 # Triton's limit both ways (INT32_MAX): tritonclient sends and accepts messages up to 2 GiB - 1.
 MAX_MESSAGE_BYTES = 2**31 - 1
@@ -33,18 +33,19 @@ def build_server(service: InferenceService, settings: Settings
         RuntimeError: the address cannot be bound.
         OSError: a certificate or key file cannot be read.
     """
+    grpc_settings = settings.grpc
     options = [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.keepalive_time_ms", settings.grpc_keepalive_time),
-        ("grpc.keepalive_timeout_ms", settings.grpc_keepalive_timeout),
-        ("grpc.keepalive_permit_without_calls", int(settings.grpc_keepalive_permit_without_calls)),
-        ("grpc.http2.max_pings_without_data", settings.grpc_http2_max_pings_without_data),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", settings.grpc_http2_min_recv_ping_interval_without_data),
-        ("grpc.http2.max_ping_strikes", settings.grpc_http2_max_ping_strikes),
+        ("grpc.keepalive_time_ms", grpc_settings.keepalive_time),
+        ("grpc.keepalive_timeout_ms", grpc_settings.keepalive_timeout),
+        ("grpc.keepalive_permit_without_calls", int(grpc_settings.keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", grpc_settings.http2_max_pings_without_data),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", grpc_settings.http2_min_recv_ping_interval_without_data),
+        ("grpc.http2.max_ping_strikes", grpc_settings.http2_max_ping_strikes),
         ("grpc.so_reuseport", 0),
     ]
-    restrictions = parse_restrictions(settings.grpc_restricted_protocol, "grpc-restricted-protocol")
+    restrictions = parse_restrictions(grpc_settings.restricted_protocol, "grpc-restricted-protocol")
     interceptors = [RestrictedProtocolInterceptor(restrictions)] if restrictions else []  # none: no per-call cost
     server = grpc.aio.server(options=options, interceptors=interceptors)
     servicer = Servicer(service)
@@ -52,21 +53,21 @@ def build_server(service: InferenceService, settings: Settings
     health_servicer = DrainingHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     address = f"{settings.grpc_address}:{settings.grpc_port}"
-    credentials = server_credentials(settings)
+    credentials = server_credentials(grpc_settings.tls)
     port = server.add_insecure_port(address) if credentials is None else server.add_secure_port(address, credentials)
     return server, health_servicer, servicer, port
 
 
-def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+def server_credentials(tls: TlsSettings) -> grpc.ServerCredentials | None:
     """TLS credentials from Triton's flags (``--grpc-use-ssl``, ``--grpc-use-ssl-mutual``, which wins,
     ``--grpc-server-cert``, ``--grpc-server-key``, ``--grpc-root-cert``), or None for plaintext.
 
     With mutual TLS a client must present a certificate that chains to the root certificate;
     otherwise the handshake fails (the client sees UNAVAILABLE).
     """
-    mutual = settings.grpc_use_ssl_mutual
-    if not (settings.grpc_use_ssl or mutual):
+    mutual = tls.mutual
+    if not tls.enabled:
         return None
-    pair = (Path(settings.grpc_server_key).read_bytes(), Path(settings.grpc_server_cert).read_bytes())
-    root = Path(settings.grpc_root_cert).read_bytes() if settings.grpc_root_cert else None
+    pair = (Path(tls.server_key).read_bytes(), Path(tls.server_cert).read_bytes())
+    root = Path(tls.root_cert).read_bytes() if tls.root_cert else None
     return grpc.ssl_server_credentials([pair], root_certificates=root if mutual else None, require_client_auth=mutual)
