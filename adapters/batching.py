@@ -47,6 +47,10 @@ class TextSteps(Protocol):
         """The request's ``text`` items (see ``TextAdapter.item_texts``)."""
         ...
 
+    def check(self, feeds: dict[str, np.ndarray], wanted: set[str], parameters: Mapping[str, Parameter]) -> None:
+        """Raise what ``run_steps`` would raise before running the model (see ``TextAdapter.check``)."""
+        ...
+
     def run_steps(self, feeds: dict[str, np.ndarray], wanted: set[str], parameters: Mapping[str, Parameter]
                   ) -> tuple[dict[str, np.ndarray], Tokenized, int, int]:
         """Pre-process, execute, post-process: (outputs, the pre-processed request, pre_ns, post_ns)."""
