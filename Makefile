@@ -47,10 +47,12 @@ test: venv browser
 unit: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
 
-# The ModelInferRequest fuzz with a long budget (CI runs 150 seeded examples).
+# The fuzz tests with a long budget (CI runs a few hundred seeded examples of each): ModelInferRequest
+# against a server, and the wire codec against upb (the same bytes to both parsers).
 FUZZ_EXAMPLES ?= 20000
 fuzz: venv
-	KSERVE_V2_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fuzz.py
+	KSERVE_V2_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fuzz.py \
+	  tests/unit/test_codec_differential.py
 
 bench: venv
 	$(BIN)/python benchmarks/perf.py
