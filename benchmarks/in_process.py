@@ -1,8 +1,9 @@
 """CPU time of one `simple` request through our own code, in-process: no network, no load generator.
 
 Two measurements, each the process CPU time of many calls divided by their number:
-- grpc: what the gRPC handler does per request: parse a fresh ModelInferRequest from its bytes (as
-  grpc.aio's deserializer does), ``InferenceService.model_infer``, serialize the response;
+- grpc: what the gRPC server runs of ours per request: ModelInfer's handler as it is registered
+  (its deserializer when it has one, the servicer, its serializer when it has one) on the bytes
+  perf_analyzer sends;
 - rest: the REST ASGI application (``transcoding.http_app.build_app``, metrics on) answering
   ``POST /v2/models/simple/infer`` with a JSON body, without uvicorn.
 Each call yields to the event loop once, as a server would between requests. These figures are
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -41,6 +43,8 @@ async def _measure(source: Path, requests: int) -> dict[str, float]:
     from prometheus_client import CollectorRegistry
 
     from kserve_v2._proto import grpc_service_pb2 as pb
+    from kserve_v2._proto import grpc_service_pb2_grpc as pb_grpc
+    from kserve_v2.grpc import servicer as servicer_module
     from kserve_v2.metrics import InferenceMetrics
     from kserve_v2.repository.manager import ModelManager
     from kserve_v2.service import InferenceService, ServerState
@@ -66,9 +70,13 @@ async def _measure(source: Path, requests: int) -> dict[str, float]:
         message.outputs.add(name=name)
     wire = message.SerializeToString()
 
+    handler = _model_infer_handler(servicer_module, pb_grpc, service)
+    deserialize = handler.request_deserializer or (lambda data: data)  # none: the handler takes bytes
+    serialize = handler.response_serializer or (lambda message: message)
+    context = _Context()
+
     async def grpc_call() -> None:
-        request = pb.ModelInferRequest.FromString(wire)
-        (await service.model_infer(request, None, len(wire))).SerializeToString()
+        serialize(await handler.unary_unary(deserialize(wire), context))
 
     headers = [(b"host", b"127.0.0.1"), (b"content-length", str(len(BODY)).encode()), (b"accept", b"*/*")]
     statuses: list[object] = []
@@ -102,6 +110,37 @@ async def _measure(source: Path, requests: int) -> dict[str, float]:
     if set(statuses) != {200}:
         raise SystemExit(f"REST answered {sorted(set(statuses))}, not 200")
     return results
+
+
+class _Context:
+    """The little of grpc.aio's ServicerContext a successful ModelInfer reads."""
+
+    def invocation_metadata(self) -> tuple[()]:
+        return ()
+
+    async def abort(self, code: object, details: str) -> None:
+        raise SystemExit(f"ModelInfer failed: {code} {details}")
+
+
+def _model_infer_handler(servicer_module: Any, pb_grpc: Any, service: Any) -> Any:
+    """ModelInfer's handler as the server registers it, in this checkout or an older one."""
+    try:
+        from kserve_v2.grpc.registration import CheckedRegistration
+    except ImportError:  # a checkout from before registration had its own module (--source)
+        from kserve_v2.grpc.parsing import CheckedRegistration  # type: ignore[attr-defined,no-redef]
+    captured: dict[str, Any] = {}
+
+    class Capture:
+        def add_registered_method_handlers(self, name: str, handlers: dict[str, Any]) -> None:
+            captured.update(handlers)
+
+        def add_generic_rpc_handlers(self, handlers: object) -> None:
+            pass
+
+    raw = getattr(servicer_module, "RAW_METHODS", None)  # absent before the wire codec
+    registration = CheckedRegistration(Capture(), raw) if raw is not None else CheckedRegistration(Capture())
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer_module.Servicer(service), registration)
+    return captured["ModelInfer"]
 
 
 def _worker(requests: int) -> None:

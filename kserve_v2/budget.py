@@ -25,10 +25,10 @@ Requests under 64 KiB on the wire are not counted (see ``request_cost``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 
-from kserve_v2._proto import grpc_service_pb2 as pb
+from kserve_v2.codec.messages import InferRequest
 from kserve_v2.datatypes import BY_V2, BYTES
 from kserve_v2.errors import Overloaded, TooLarge
 
@@ -49,24 +49,25 @@ class MemoryBusy(Overloaded):
     queue; SIE's QUEUE_FULL)."""
 
 
-def request_cost(request: pb.ModelInferRequest, uses_shared_memory: bool,
-                 raw: Sequence[bytes | memoryview] | None = None, wire_bytes: int | None = None) -> tuple[int, int]:
+def request_cost(request: InferRequest, uses_shared_memory: bool, wire_bytes: int | None = None) -> tuple[int, int]:
     """(estimated peak bytes, BYTES elements) of a request, from its declared shapes and sizes.
 
-    The wire part is the message's serialized size, ``wire_bytes`` when the transport knows it,
-    else ``ByteSize`` (upb serializes the message to measure it; reading a raw entry would copy
-    it), counted ``MESSAGE_COPIES`` times, plus ``raw``, the raw entries kept
-    beside the message (REST), if any, counted ``RAW_COPIES`` times. The text of BYTES elements is bounded by the wire and
-    shared memory sizes less their 4-byte prefixes. A request under ``SMALL_BYTES`` that reads no
-    shared memory costs nothing here (its decoded size is bounded by ~41x its wire size, and walking its tensors
-    would cost more than decoding them); ``uses_shared_memory``: client shared memory is on.
+    The wire part is the message as the transport received it, ``wire_bytes`` (gRPC: the tensor
+    data stays in that buffer), counted ``MESSAGE_COPIES`` times; without it (REST, whose binary
+    data are views of the body, or JSON data turned into raw bytes) the raw entries, counted
+    ``RAW_COPIES`` times. The text of BYTES elements is bounded by the wire and shared memory sizes
+    less their 4-byte prefixes. A request under ``SMALL_BYTES`` that reads no shared memory costs
+    nothing here (its decoded size is bounded by ~41x its wire size, and walking its tensors would
+    cost more than decoding them); ``uses_shared_memory``: client shared memory is on.
     """
-    message = request.ByteSize() if wire_bytes is None else wire_bytes
-    beside = sum(map(len, raw)) if raw else 0
-    wire = message + beside
+    if wire_bytes is None:
+        wire = sum(map(len, request.raw_input_contents))
+        total = wire * RAW_COPIES
+    else:
+        wire = wire_bytes
+        total = wire * MESSAGE_COPIES
     if wire < SMALL_BYTES and not uses_shared_memory:
         return 0, 0
-    total = message * MESSAGE_COPIES + beside * RAW_COPIES
     elements = shared = 0
     for tensor in request.inputs:
         count = 1
@@ -76,11 +77,11 @@ def request_cost(request: pb.ModelInferRequest, uses_shared_memory: bool,
         if dtype is BYTES:
             elements += count
             total += count * BYTES_ELEMENT_BYTES
-        elif dtype is not None and tensor.HasField("contents"):
+        elif dtype is not None and tensor.contents is not None:
             total += count * dtype.itemsize
         parameter = tensor.parameters.get(_SHM_SIZE)
-        if parameter is not None and parameter.WhichOneof("parameter_choice") in ("int64_param", "uint64_param"):
-            shared += max(getattr(parameter, parameter.WhichOneof("parameter_choice")), 0)
+        if parameter is not None and parameter.choice in ("int64_param", "uint64_param"):
+            shared += max(int(parameter.value), 0)
     total += shared
     if elements:
         text = max(wire + shared - 4 * elements, 0)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kserve_v2._proto import grpc_service_pb2 as pb
+from kserve_v2.codec.messages import InferParameter
 from kserve_v2.errors import InvalidInput
 
 PARAMETER = "classification"
@@ -25,7 +25,7 @@ PARAMETER = "classification"
 _CLASSIFIABLE = frozenset({"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP32", "FP64"})
 
 
-def requested_count(parameter: pb.InferParameter, datatype: str, in_shared_memory: bool) -> int:
+def requested_count(parameter: InferParameter, datatype: str, in_shared_memory: bool) -> int:
     """The count N a requested output's ``classification`` parameter asks for.
 
     Raises:
@@ -36,9 +36,9 @@ def requested_count(parameter: pb.InferParameter, datatype: str, in_shared_memor
             datatype that has no order ("class result not available for output due to
             unsupported type '<datatype>'") -> INVALID_ARGUMENT / 400.
     """
-    if parameter.WhichOneof("parameter_choice") != "int64_param":
+    if parameter.choice != "int64_param":
         raise InvalidInput("invalid value type for 'classification' parameter, expected int64_param")
-    count = parameter.int64_param
+    count = int(parameter.value)
     if count <= 0:
         raise InvalidInput("invalid value for 'classification' parameter, expected >= 0")
     if in_shared_memory:

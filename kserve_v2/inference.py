@@ -1,6 +1,8 @@
 """ModelInferRequest -> model feeds (``kserve_v2.responses`` builds the ModelInferResponse).
 
-Request checks follow Triton's semantics and texts (Triton's ``grpc_service.proto`` and its
+Requests arrive as the wire codec's objects (``kserve_v2.codec``): raw entries are views of the
+transport's buffer, and numeric inputs become ``np.frombuffer`` views of them. Request checks
+follow Triton's semantics and texts (Triton's ``grpc_service.proto`` and its
 ``qa/L0_input_validation`` tests); every error is INVALID_ARGUMENT unless noted. Inputs read
 from shared memory have no raw entry: raw entries belong, in order, to the other inputs
 (Triton's ``infer_handler.cc``).
@@ -14,16 +16,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kserve_v2 import classification
-from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.backend import Parameter
+from kserve_v2.codec.messages import Buffer, InferParameter, InferRequest, InputTensor, RequestedOutput
 from kserve_v2.datatypes import BYTES
 from kserve_v2.errors import InvalidInput
 from kserve_v2.shared_memory import RegionRange, RequestRegions
 from kserve_v2.spec import MAX_MEMO, InputPlan, ModelSpec, RequestPlan, TensorSpec
 from kserve_v2.tensors import element_count, from_contents, from_raw, unpack_bytes
 
-# a tensor's bytes: the message's own, or a view of a transport buffer
-Buffer = bytes | memoryview
 _SHM_PARAMETERS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 _INTEGER_PARAMS = ("int64_param", "uint64_param")
 # Triton reserves this prefix and rejects keys it does not know; other parameters are passed over.
@@ -42,7 +42,7 @@ class DecodedRequest:
     outputs: Sequence[TensorSpec]
     batch_size: int
     parameters: dict[str, Parameter]
-    output_memory: dict[str, tuple[RegionRange, pb.ModelInferResponse.InferOutputTensor]]
+    output_memory: dict[str, tuple[RegionRange, dict[str, InferParameter]]]  # output -> (range, its shm parameters)
     output_names: Sequence[str] = ()
     classes: dict[str, int] = field(default_factory=dict)  # output -> classification count (``kserve_v2.classification``)
 
@@ -51,14 +51,12 @@ class DecodedRequest:
             self.output_names = tuple(t.name for t in self.outputs)
 
 
-def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: RequestRegions | None = None,
-                   raw: Sequence[Buffer] | None = None) -> DecodedRequest:
-    """Validate a request against the model and decode its tensors.
+def decode_request(request: InferRequest, spec: ModelSpec, memory: RequestRegions | None = None) -> DecodedRequest:
+    """Validate a request against the model and decode its tensors (numeric raw entries stay in the
+    transport's buffer, as read-only ``np.frombuffer`` views).
 
     ``memory``: the request's view of the registered shared memory regions (each one it names is held
     until the caller releases it), or None when client shared memory is off.
-    ``raw``: the ``raw_input_contents`` entries when they travel beside the message (REST keeps
-    the body's bytes as they arrived instead of copying them into it); None: the message's own.
 
     Raises:
         InvalidInput: unknown, duplicate or missing inputs; datatype or shape mismatch;
@@ -68,22 +66,21 @@ def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: Reque
         NotFound: an unregistered shared memory region -> NOT_FOUND.
     """
     parameters: dict[str, Parameter] = {}
-    given = request.parameters
-    if len(given):
-        for key in given:  # keys alone: a value is read only when it is kept (reading items builds each value)
-            if key.startswith(_RESERVED_PREFIX):
-                if key not in _KNOWN_RESERVED:
-                    raise InvalidInput(f"parameter '{key}' is reserved and not recognised")
-                continue
-            value = given[key]
-            choice = value.WhichOneof("parameter_choice")
-            if choice is not None:
-                parameters[key] = getattr(value, choice)
-    # Repeated fields are read by slicing: a ``for`` loop over a upb container ends on an IndexError
-    # whose message is formatted, and ``list()`` of one does the same.
-    inputs = request.inputs[:]
-    entries = request.raw_input_contents[:] if raw is None else raw
-    signature = _signature(inputs, request.outputs[:]) if len(entries) == len(inputs) else None
+    for key, value in request.parameters.items():
+        if key.startswith(_RESERVED_PREFIX):
+            if key not in _KNOWN_RESERVED:
+                raise InvalidInput(f"parameter '{key}' is reserved and not recognised")
+        elif value.choice is not None:
+            parameters[key] = value.value
+    inputs = request.inputs
+    entries = request.raw_input_contents
+    signature = None
+    if len(entries) == len(inputs):
+        header = request.header  # requests decoded from the same bytes share it: the signature is kept there
+        signature = header.memo
+        if signature is None:
+            signature = header.memo = _signature(inputs, request.outputs) or ()
+        signature = signature or None
     if signature is not None:
         plan = spec.plans.get(signature)
         if plan is not None:
@@ -102,19 +99,18 @@ def decode_request(request: pb.ModelInferRequest, spec: ModelSpec, memory: Reque
     return decoded
 
 
-def _signature(inputs: list[pb.ModelInferRequest.InferInputTensor],
-               outputs: list[pb.ModelInferRequest.InferRequestedOutputTensor]) -> Hashable | None:
+def _signature(inputs: list[InputTensor], outputs: list[RequestedOutput]) -> Hashable | None:
     """What validation reads of a request whose tensors all travel in raw entries: each input's
     name, datatype and shape, and the outputs' names. None when a tensor has parameters (shared
     memory, classification) or typed contents: such requests are validated in full every time."""
     described = []
     for sent in inputs:
-        if len(sent.parameters) or sent.HasField("contents"):
+        if sent.parameters or sent.contents is not None:
             return None
-        described.append((sent.name, sent.datatype, tuple(sent.shape[:])))
+        described.append((sent.name, sent.datatype, tuple(sent.shape)))
     names = []
     for wanted in outputs:
-        if len(wanted.parameters):
+        if wanted.parameters:
             return None
         names.append(wanted.name)
     return tuple(described), tuple(names)
@@ -135,7 +131,7 @@ def _planned_feeds(plan: RequestPlan, entries: Sequence[Buffer], spec: ModelSpec
     return feeds
 
 
-def _remember(spec: ModelSpec, signature: Hashable, inputs: list[pb.ModelInferRequest.InferInputTensor],
+def _remember(spec: ModelSpec, signature: Hashable, inputs: list[InputTensor],
               decoded: DecodedRequest) -> None:
     """Keep what a fully validated request became under its signature (at most ``MAX_MEMO`` per model)."""
     planned = []
@@ -150,15 +146,15 @@ def _remember(spec: ModelSpec, signature: Hashable, inputs: list[pb.ModelInferRe
                                         decoded.batch_size)
 
 
-def _decode_inputs(inputs: list[pb.ModelInferRequest.InferInputTensor], spec: ModelSpec,
+def _decode_inputs(inputs: list[InputTensor], spec: ModelSpec,
                    memory: RequestRegions | None, raw: Sequence[Buffer]) -> dict[str, np.ndarray]:
     by_name = spec.inputs_by_name
     # (region, offset, byte_size) of each input read from shared memory, None for the others
-    in_memory = [_memory_reference(sent.parameters, f"input '{sent.name}'", memory) if len(sent.parameters) else None
+    in_memory = [_memory_reference(sent.parameters, f"input '{sent.name}'", memory) if sent.parameters else None
                  for sent in inputs]
     raw_count = len(raw)
     for sent, reference in zip(inputs, in_memory, strict=True):  # before any count (Triton's order)
-        if sent.HasField("contents"):
+        if sent.contents is not None:
             if reference is not None:
                 raise InvalidInput(f"unexpected 'content' provided when using shared memory for input tensor "
                                    f"'{sent.name}' for model '{spec.name}'")
@@ -185,7 +181,7 @@ def _decode_inputs(inputs: list[pb.ModelInferRequest.InferInputTensor], spec: Mo
                 f"inference input '{name}' data-type is '{sent.datatype}', "
                 f"but model '{spec.name}' expects '{tensor.dtype.v2}'"
             )
-        shape = sent.shape[:]
+        shape = sent.shape
         spec.check_shape(tensor, shape)
         what = f"input '{name}' for model '{spec.name}'"
         if reference is not None and memory is not None:
@@ -225,16 +221,16 @@ def _name_list(names: Iterable[str]) -> str:
     return "[" + ",".join(f"'{name}'" for name in names) + "]"
 
 
-def _from_typed_contents(sent: pb.ModelInferRequest.InferInputTensor, tensor: TensorSpec, shape: list[int], what: str) -> np.ndarray:
+def _from_typed_contents(sent: InputTensor, tensor: TensorSpec, shape: list[int], what: str) -> np.ndarray:
     field = tensor.dtype.contents_field
-    used = [f.name for f, _ in sent.contents.ListFields()]
+    given = sent.contents.fields if sent.contents is not None else {}
     if field is None:
         raise InvalidInput(f"{tensor.dtype.v2} data of {what} must be sent in raw_input_contents")
-    if not sent.HasField("contents") and element_count(shape, what):
+    if sent.contents is None and element_count(shape, what):
         raise InvalidInput(f"{what} has no data: send it in raw_input_contents or contents.{field}")
-    if any(name != field for name in used):
-        raise InvalidInput(f"{tensor.dtype.v2} data of {what} goes in contents.{field}, not {', '.join(used)}")
-    return from_contents(getattr(sent.contents, field), tensor.dtype, shape, what)
+    if any(name != field for name in given):
+        raise InvalidInput(f"{tensor.dtype.v2} data of {what} goes in contents.{field}, not {', '.join(given)}")
+    return from_contents(given.get(field, ()), tensor.dtype, shape, what)
 
 
 def _batch_size(feeds: dict[str, np.ndarray], spec: ModelSpec) -> int:
@@ -255,7 +251,7 @@ def _reshape(array: np.ndarray, reshape: tuple[int, ...], spec: ModelSpec, name:
         raise InvalidInput(f"input '{name}' of shape {list(array.shape)} cannot take the model's reshape {list(reshape)}") from None
 
 
-def _memory_reference(parameters: Mapping[str, pb.InferParameter], what: str, memory: RequestRegions | None
+def _memory_reference(parameters: Mapping[str, InferParameter], what: str, memory: RequestRegions | None
                       ) -> tuple[str, int, int] | None:
     """(region, offset, byte_size) named by a tensor's ``shared_memory_*`` parameters, or None.
 
@@ -269,21 +265,23 @@ def _memory_reference(parameters: Mapping[str, pb.InferParameter], what: str, me
     values = {}
     for key, kinds in zip(_SHM_PARAMETERS, (("string_param",), _INTEGER_PARAMS, _INTEGER_PARAMS), strict=True):
         if key in parameters:
-            if parameters[key].WhichOneof("parameter_choice") not in kinds:
+            if parameters[key].choice not in kinds:
                 raise InvalidInput(f"parameter '{key}' of {what} has the wrong type")
-            values[key] = getattr(parameters[key], parameters[key].WhichOneof("parameter_choice"))
+            values[key] = parameters[key].value
     if "shared_memory_region" not in values or "shared_memory_byte_size" not in values:
         raise InvalidInput(f"{what} needs both 'shared_memory_region' and 'shared_memory_byte_size'")
-    return values["shared_memory_region"], values.get("shared_memory_offset", 0), values["shared_memory_byte_size"]
+    return (str(values["shared_memory_region"]), int(values.get("shared_memory_offset", 0)),
+            int(values["shared_memory_byte_size"]))
 
 
-def _requested_outputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: RequestRegions | None
-                       ) -> tuple[list[TensorSpec], dict[str, tuple[RegionRange, pb.ModelInferResponse.InferOutputTensor]],
+def _requested_outputs(request: InferRequest, spec: ModelSpec, memory: RequestRegions | None
+                       ) -> tuple[list[TensorSpec], dict[str, tuple[RegionRange, dict[str, InferParameter]]],
                                   dict[str, int]]:
-    """The outputs to return, those written to shared memory, and those asked for as classes."""
-    placed: dict[str, tuple[RegionRange, pb.ModelInferResponse.InferOutputTensor]] = {}
+    """The outputs to return, those written to shared memory (with the parameters that named the
+    range, which the response repeats), and those asked for as classes."""
+    placed: dict[str, tuple[RegionRange, dict[str, InferParameter]]] = {}
     classes: dict[str, int] = {}
-    requested = request.outputs[:]
+    requested = request.outputs
     if not requested:
         return list(spec.outputs), placed, classes
     by_name = spec.outputs_by_name
@@ -296,18 +294,15 @@ def _requested_outputs(request: pb.ModelInferRequest, spec: ModelSpec, memory: R
             raise InvalidInput(f"unexpected inference output '{name}' for model '{spec.name}'")
         if name in names:
             raise InvalidInput(f"output '{name}' is requested more than once for model '{spec.name}'")
-        if len(wanted.parameters):
+        if wanted.parameters:
             if classification.PARAMETER in wanted.parameters:
                 in_memory = any(key in wanted.parameters for key in _SHM_PARAMETERS)
                 classes[name] = classification.requested_count(wanted.parameters[classification.PARAMETER],
                                                                tensor.dtype.v2, in_memory)
             reference = _memory_reference(wanted.parameters, f"output '{name}'", memory)
             if reference is not None and memory is not None:
-                described = pb.ModelInferResponse.InferOutputTensor()
-                for key in _SHM_PARAMETERS:
-                    if key in wanted.parameters:
-                        described.parameters[key].CopyFrom(wanted.parameters[key])
-                placed[name] = (memory.slice(*reference), described)
+                placed[name] = (memory.slice(*reference),
+                                {key: wanted.parameters[key] for key in _SHM_PARAMETERS if key in wanted.parameters})
         chosen.append(tensor)
         names.add(name)
     return chosen, placed, classes

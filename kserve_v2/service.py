@@ -1,4 +1,5 @@
-"""InferenceService: protobuf in, protobuf out, for the V2 inference RPCs. The one request path.
+"""InferenceService: the V2 inference RPCs, the one request path. ModelInfer takes and gives the wire
+codec's request and response objects (``kserve_v2.codec``), the other RPCs protobuf messages.
 
 Health, metadata, configuration, statistics and ModelInfer are here; Triton's repository, shared
 memory, trace and logging extensions are its ``extensions`` (``kserve_v2.extensions``), and the
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import replace
 
@@ -22,9 +23,11 @@ from kserve_v2 import __version__
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.budget import MemoryBudget, request_cost
+from kserve_v2.codec.generated import request_from_message, response_to_message
+from kserve_v2.codec.messages import InferRequest, InferResponse
 from kserve_v2.errors import ErrorCode, InternalError, ServerError
 from kserve_v2.extensions import TritonExtensions
-from kserve_v2.inference import Buffer, decode_request
+from kserve_v2.inference import decode_request
 from kserve_v2.lifecycle import ModelLifecycle
 from kserve_v2.log_settings import LogSettings
 from kserve_v2.metrics import V2_API, InferenceMetrics
@@ -179,31 +182,29 @@ class InferenceService:
 
     # ---- inference -----------------------------------------------------------------------
 
-    async def model_infer(self, request: pb.ModelInferRequest, carrier: Mapping[str, str] | None = None,
-                          wire_bytes: int | None = None) -> pb.ModelInferResponse:
-        """Run one inference request (see ``model_infer_reported``)."""
-        response, _ = await self.model_infer_reported(request, carrier, wire_bytes=wire_bytes)
-        return response
+    async def model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        """Run one inference request given and answered as generated protobuf messages (ensemble
+        steps; see ``model_infer_reported``)."""
+        response, _ = await self.model_infer_reported(request)
+        return response_to_message(response)
 
-    async def model_infer_reported(self, request: pb.ModelInferRequest, carrier: Mapping[str, str] | None = None,
-                                   api: str = V2_API, raw_inputs: Sequence[Buffer] | None = None,
+    async def model_infer_reported(self, request: InferRequest | pb.ModelInferRequest,
+                                   carrier: Mapping[str, str] | None = None, api: str = V2_API,
                                    raw_outputs: bool = True, wire_bytes: int | None = None
-                                   ) -> tuple[pb.ModelInferResponse, RequestReport]:
+                                   ) -> tuple[InferResponse, RequestReport]:
         """Run one inference request; also report where its time went and its trace id.
 
         Args:
-            request: the request.
+            request: the request, as the wire codec decoded it (its raw entries views of the
+                transport's buffer), or as a generated message (converted first).
             carrier: transport headers or metadata, for a W3C ``traceparent``.
             api: the API the request came through, for the per-API metrics: ``infer`` for V2;
                 the semantic routes name theirs (``encode``, ``score``, ``extract``, ``embeddings``).
-            raw_inputs: the ``raw_input_contents`` entries kept beside the message (no copy into
-                it); None: the message's own.
             raw_outputs: false: the response carries no ``raw_output_contents`` and the output
                 arrays come back in ``RequestReport.outputs`` (for transports that send them
                 from the arrays' buffers).
-            wire_bytes: the request's serialized size where the transport knows it (gRPC: the
-                message received); None: measured with ``ByteSize``, which for upb means
-                serializing the message once more.
+            wire_bytes: the size of the buffer the request was decoded from, where the transport
+                holds one (gRPC); None: the raw entries' sizes count.
 
         Raises:
             Unavailable: version not ready -> UNAVAILABLE. (During a drain the transports turn
@@ -214,38 +215,40 @@ class InferenceService:
             TooLarge: over the request memory limits (``kserve_v2.budget``) -> RESOURCE_EXHAUSTED.
             InternalError: ONNX Runtime failed to execute -> INTERNAL.
         """
+        if isinstance(request, pb.ModelInferRequest):
+            request = request_from_message(request)
         if not self._tracing.enabled:  # the common case: no span, no context managers
             model = self._manager.acquire_version(request.model_name, request.model_version)
             try:
-                return await self._run(request, model, api, raw_inputs, raw_outputs, wire_bytes)
+                return await self._run(request, model, api, raw_outputs, wire_bytes)
             finally:
                 model.release()
         with self._tracing.request("ModelInfer", carrier or {}, request.model_name) as traced:
             with self._manager.acquire(request.model_name, request.model_version) as model:
-                return await self._traced(traced, request, model, api, raw_inputs, raw_outputs, wire_bytes)
+                return await self._traced(traced, request, model, api, raw_outputs, wire_bytes)
 
-    async def run_version(self, model: ModelVersion, request: pb.ModelInferRequest,
-                          carrier: Mapping[str, str] | None = None, api: str = V2_API,
-                          raw_inputs: Sequence[Buffer] | None = None, raw_outputs: bool = True,
-                          wire_bytes: int | None = None) -> tuple[pb.ModelInferResponse, RequestReport]:
+    async def run_version(self, model: ModelVersion, request: InferRequest | pb.ModelInferRequest,
+                          carrier: Mapping[str, str] | None = None, api: str = V2_API, raw_outputs: bool = True,
+                          wire_bytes: int | None = None) -> tuple[InferResponse, RequestReport]:
         """``model_infer_reported`` on a version the caller has resolved and holds (``hold``), whatever
         the request's model name and version say.
 
         Raises:
             As ``model_infer_reported``, but for the model's resolution.
         """
+        if isinstance(request, pb.ModelInferRequest):
+            request = request_from_message(request)
         if not self._tracing.enabled:
-            return await self._run(request, model, api, raw_inputs, raw_outputs, wire_bytes)
+            return await self._run(request, model, api, raw_outputs, wire_bytes)
         with self._tracing.request("ModelInfer", carrier or {}, request.model_name) as traced:
-            return await self._traced(traced, request, model, api, raw_inputs, raw_outputs, wire_bytes)
+            return await self._traced(traced, request, model, api, raw_outputs, wire_bytes)
 
-    async def _traced(self, traced: RequestTrace | None, request: pb.ModelInferRequest, model: ModelVersion, api: str,
-                      raw_inputs: Sequence[Buffer] | None, raw_outputs: bool, wire_bytes: int | None
-                      ) -> tuple[pb.ModelInferResponse, RequestReport]:
+    async def _traced(self, traced: RequestTrace | None, request: InferRequest, model: ModelVersion, api: str,
+                      raw_outputs: bool, wire_bytes: int | None) -> tuple[InferResponse, RequestReport]:
         """``_run``, with the request's trace (when the trace settings picked it) begun and ended around it."""
         if traced is not None:
-            traced.begin(request, model, self._memory, raw_inputs)
-        response, report = await self._run(request, model, api, raw_inputs, raw_outputs, wire_bytes)
+            traced.begin(request, model, self._memory)
+        response, report = await self._run(request, model, api, raw_outputs, wire_bytes)
         if traced is None:
             return response, report
         traced.end(response, {"compute_input": report.compute_input_ns, "queue": report.queue_ns,
@@ -253,9 +256,8 @@ class InferenceService:
                               "total": report.total_ns}, report.outputs)
         return response, replace(report, trace_id=traced.trace_id)
 
-    async def _run(self, request: pb.ModelInferRequest, model: ModelVersion, api: str,
-                   raw_inputs: Sequence[Buffer] | None, raw_outputs: bool, wire_bytes: int | None
-                   ) -> tuple[pb.ModelInferResponse, RequestReport]:
+    async def _run(self, request: InferRequest, model: ModelVersion, api: str, raw_outputs: bool,
+                   wire_bytes: int | None) -> tuple[InferResponse, RequestReport]:
         started = time.perf_counter_ns()
         metrics = self._metrics
         if metrics is not None:
@@ -263,13 +265,13 @@ class InferenceService:
         # the shared memory regions the request names stay held (not unregistered) until it is answered
         regions = self._memory.request() if self._memory is not None else None
         try:
-            cost, elements = request_cost(request, regions is not None, raw_inputs, wire_bytes)
+            cost, elements = request_cost(request, regions is not None, wire_bytes)
             # a request that costs nothing here cannot fail the budget: no reservation to hold
             with self._budget.reserve(cost, model.name) if cost else _UNRESERVED:
                 if cost and is_heavy(cost, elements):
-                    decoded = await self.offload.in_thread(decode_request, request, model.spec, regions, raw_inputs)
+                    decoded = await self.offload.in_thread(decode_request, request, model.spec, regions)
                 else:
-                    decoded = decode_request(request, model.spec, regions, raw_inputs)
+                    decoded = decode_request(request, model.spec, regions)
                 decoded_at = time.perf_counter_ns()
                 try:
                     execution, queue_ns, infer_ns = await model.scheduler.submit(

@@ -16,6 +16,7 @@ import numpy as np
 
 from kserve_v2 import datatypes
 from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.codec.messages import OutputTensor
 from kserve_v2.datatypes import DType
 from kserve_v2.errors import InvalidInput
 
@@ -98,9 +99,10 @@ class ModelSpec:
     inputs_by_name: dict[str, TensorSpec] = field(init=False, repr=False, compare=False)
     outputs_by_name: dict[str, TensorSpec] = field(init=False, repr=False, compare=False)
     # request validation's memo (``kserve_v2.inference``): a request signature -> what such a
-    # request decodes to, and (version, output names and shapes) -> the serialized response without data
+    # request decodes to, and (version, output names and shapes) -> the response's description
+    # (model, version, outputs) encoded and as objects (``kserve_v2.responses``)
     plans: dict[Hashable, RequestPlan] = field(init=False, repr=False, compare=False)
-    responses: dict[Hashable, bytes] = field(init=False, repr=False, compare=False)
+    responses: dict[Hashable, tuple[bytes, tuple[OutputTensor, ...]]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs_by_name", {t.name: t for t in self.inputs})

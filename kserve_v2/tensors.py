@@ -14,6 +14,7 @@ are data. Decoded BYTES tensors are numpy ``object`` arrays of ``bytes``.
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,6 +27,8 @@ RawBytes = bytes | bytearray | memoryview  # a raw contents entry: the message's
 _LEN = struct.Struct("<I")
 _PREFIXES = tuple(_LEN.pack(length) for length in range(1024))
 _PACK_BLOCK = 1 << 16  # elements framed per join
+COPY_BELOW = 1 << 12  # bytes: a smaller output is copied rather than viewed (``as_buffer``)
+_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 def element_count(shape: Sequence[int], what: str) -> int:
@@ -72,8 +75,9 @@ def from_raw(raw: RawBytes, dtype: DType, shape: Sequence[int], what: str) -> np
     return np.frombuffer(raw, dtype=dtype.numpy).reshape(shape)
 
 
-def from_contents(values: Sequence[object], dtype: DType, shape: Sequence[int], what: str) -> np.ndarray:
-    """Decode a typed ``InferTensorContents`` field (already chosen for ``dtype``).
+def from_contents(values: Sequence[object] | np.ndarray, dtype: DType, shape: Sequence[int], what: str) -> np.ndarray:
+    """Decode a typed ``InferTensorContents`` field (already chosen for ``dtype``): a numpy array of
+    the field's type as the codec gives it, or a sequence of values.
 
     Narrow types (INT8/16, UINT8/16) arrive widened in int32/uint32 fields, as Triton accepts them.
 
@@ -90,10 +94,22 @@ def from_contents(values: Sequence[object], dtype: DType, shape: Sequence[int], 
         array = np.empty(count, dtype=object)
         array[:] = list(values)
         return array.reshape(shape)
-    try:
-        return np.fromiter(values, dtype=dtype.numpy, count=count).reshape(shape)
+    if isinstance(values, np.ndarray) and (values.dtype == dtype.numpy or np.can_cast(values, dtype.numpy)
+                                           or _fits(values, dtype.numpy)):
+        return values.astype(dtype.numpy).reshape(shape)
+    try:  # values as Python numbers: a value out of range raises numpy's own text
+        return np.fromiter(values.tolist() if isinstance(values, np.ndarray) else values, dtype=dtype.numpy,
+                           count=count).reshape(shape)
     except (OverflowError, ValueError) as err:
         raise InvalidInput(f"contents of {what} do not fit datatype {dtype.v2}: {err}") from None
+
+
+def _fits(values: np.ndarray, target: np.dtype) -> bool:
+    """Whether integer ``values`` all lie in the range of the integer type ``target``."""
+    if values.dtype.kind not in "iu" or target.kind not in "iu" or not values.size:
+        return not values.size
+    limits = np.iinfo(target)
+    return bool(limits.min <= values.min() and values.max() <= limits.max)
 
 
 def unpack_bytes(buf: RawBytes, count: int, what: str) -> np.ndarray:
@@ -160,9 +176,12 @@ def to_raw(array: np.ndarray, dtype: DType) -> bytes:
 
 def as_buffer(array: np.ndarray, dtype: DType) -> bytes | memoryview:
     """The bytes ``to_raw`` gives, as a view of the array's own buffer when it is already
-    row-major and little-endian (no copy); BYTES are framed into new bytes."""
+    row-major and little-endian (no copy; an array under ``COPY_BELOW`` bytes is copied, which costs
+    less than making a view); BYTES are framed into new bytes."""
     if dtype is BYTES:
         return pack_bytes(array)
+    if array.nbytes < COPY_BELOW and _LITTLE_ENDIAN and array.dtype.byteorder != ">":
+        return array.tobytes()
     return _row_major_le(array, dtype).reshape(-1).view(np.uint8).data
 
 

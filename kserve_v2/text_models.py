@@ -12,6 +12,7 @@ import numpy as np
 
 from kserve_v2 import backend
 from kserve_v2._proto import grpc_service_pb2 as pb
+from kserve_v2.codec.messages import InferResponse
 from kserve_v2.datatypes import BYTES
 from kserve_v2.errors import NotFound, NotLoaded, ServerError
 from kserve_v2.lifecycle import ModelLifecycle
@@ -26,7 +27,7 @@ class RunVersion(Protocol):
     """The service's inference call on a version the caller holds (``InferenceService.run_version``)."""
 
     def __call__(self, model: ModelVersion, request: pb.ModelInferRequest, carrier: Mapping[str, str] | None = None,
-                 api: str = V2_API, *, raw_outputs: bool = True) -> Awaitable[tuple[pb.ModelInferResponse, RequestReport]]:
+                 api: str = V2_API, *, raw_outputs: bool = True) -> Awaitable[tuple[InferResponse, RequestReport]]:
         ...
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -33,10 +33,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from kserve_v2._proto import grpc_service_pb2 as pb
+from kserve_v2.codec.messages import InferRequest, InferResponse
 from kserve_v2.datatypes import BY_V2
 from kserve_v2.errors import ServerError
-from kserve_v2.inference import Buffer, decode_request
+from kserve_v2.inference import decode_request
 from kserve_v2.model import ModelVersion
 from kserve_v2.shared_memory import RequestRegions, SharedMemoryRegistry
 from kserve_v2.tensors import from_raw
@@ -56,11 +56,10 @@ class RequestTrace:
 
     trace_id: str | None = None  # the W3C trace id (X-Trace-ID), when there is one
 
-    def begin(self, request: pb.ModelInferRequest, model: ModelVersion, memory: SharedMemoryRegistry | None,
-              raw_inputs: Sequence[Buffer] | None) -> None:
+    def begin(self, request: InferRequest, model: ModelVersion, memory: SharedMemoryRegistry | None) -> None:
         """The request is about to run on ``model``."""
 
-    def end(self, response: pb.ModelInferResponse, durations_ns: Mapping[str, int], outputs: tuple[np.ndarray, ...]) -> None:
+    def end(self, response: InferResponse, durations_ns: Mapping[str, int], outputs: tuple[np.ndarray, ...]) -> None:
         """The request succeeded: ``durations_ns`` holds ``PHASES`` and ``total``; ``outputs`` are
         the output arrays when the response carries no raw contents."""
 
@@ -153,11 +152,10 @@ class SpanTrace(RequestTrace):
         self.trace_id = format(span.get_span_context().trace_id, "032x")
         self._started = time.time_ns()
 
-    def begin(self, request: pb.ModelInferRequest, model: ModelVersion, memory: SharedMemoryRegistry | None,
-              raw_inputs: Sequence[Buffer] | None) -> None:
+    def begin(self, request: InferRequest, model: ModelVersion, memory: SharedMemoryRegistry | None) -> None:
         self._started = time.time_ns()
 
-    def end(self, response: pb.ModelInferResponse, durations_ns: Mapping[str, int], outputs: tuple[np.ndarray, ...]) -> None:
+    def end(self, response: InferResponse, durations_ns: Mapping[str, int], outputs: tuple[np.ndarray, ...]) -> None:
         context = trace.set_span_in_context(self._span)
         at = self._started
         for phase in PHASES:
@@ -179,8 +177,7 @@ class TritonTrace(RequestTrace):
         self._outputs: list[Entry] = []
         self._ended = False
 
-    def begin(self, request: pb.ModelInferRequest, model: ModelVersion, memory: SharedMemoryRegistry | None,
-              raw_inputs: Sequence[Buffer] | None) -> None:
+    def begin(self, request: InferRequest, model: ModelVersion, memory: SharedMemoryRegistry | None) -> None:
         self._header["model_version"] = model.version
         if request.id:
             self._header["request_id"] = request.id
@@ -190,20 +187,20 @@ class TritonTrace(RequestTrace):
             return
         regions = RequestRegions(memory) if memory is not None else None
         try:
-            feeds = decode_request(request, model.spec, regions, raw_inputs).feeds
+            feeds = decode_request(request, model.spec, regions).feeds
         except ServerError:
             return  # the request fails as it runs, with its own error
         finally:
             if regions is not None:
                 regions.release()
-        for sent in request.inputs[:]:
+        for sent in request.inputs:
             if sent.name in feeds:
                 array = feeds[sent.name]
-                shape = list(sent.shape[:])
+                shape = list(sent.shape)
                 self._inputs.append(tensor_entry(self.id, "TENSOR_QUEUE_INPUT", sent.name, sent.datatype,
                                                  array.reshape(shape) if array.size == _size(shape) else array))
 
-    def end(self, response: pb.ModelInferResponse, durations_ns: Mapping[str, int], outputs: tuple[np.ndarray, ...]) -> None:
+    def end(self, response: InferResponse, durations_ns: Mapping[str, int], outputs: tuple[np.ndarray, ...]) -> None:
         at = self._started
         self._stamps = [("REQUEST_START", at)]
         for name, phase in (("QUEUE_START", ""), ("COMPUTE_START", "queue"), ("COMPUTE_INPUT_END", "compute_input"),
@@ -237,11 +234,11 @@ def _size(shape: list[int]) -> int:
     return size
 
 
-def _output_entries(trace_id: int, response: pb.ModelInferResponse, arrays: tuple[np.ndarray, ...]) -> Iterator[Entry]:
+def _output_entries(trace_id: int, response: InferResponse, arrays: tuple[np.ndarray, ...]) -> Iterator[Entry]:
     """TENSOR_BACKEND_OUTPUT entries of the response's outputs (those written to shared memory have no data here)."""
-    raw = response.raw_output_contents[:]
-    for index, tensor in enumerate(response.outputs[:]):
-        shape = list(tensor.shape[:])
+    raw = response.raw_output_contents
+    for index, tensor in enumerate(response.outputs):
+        shape = list(tensor.shape)
         if index < len(arrays):
             array = arrays[index]
         elif index < len(raw) and (raw[index] or not _size(shape)):

@@ -196,3 +196,25 @@ def test_typed_bytes_and_int8_contents(example_server) -> None:
         request.model_version = ""
         response = stub.ModelInfer(request)
         np.testing.assert_array_equal(np.frombuffer(response.raw_output_contents[0], np.int8), np.arange(16) * 2)
+
+
+def test_any_valid_encoding_of_a_request_is_read_as_protobuf_reads_it(example_server) -> None:
+    """ModelInfer takes the message's bytes (the wire codec): fields in another order than protobuf
+    writes them (raw data first), a singular field sent twice (the last wins), a shape unpacked and
+    unknown fields are read as upb reads them, and the response parses with tritonclient's classes."""
+    pieces = [service_pb2.ModelInferRequest(raw_input_contents=[A.tobytes(), B.tobytes()]),
+              service_pb2.ModelInferRequest(outputs=[service_pb2.ModelInferRequest.InferRequestedOutputTensor(
+                  name="OUTPUT1")]),
+              service_pb2.ModelInferRequest(model_name="nope", id="an id")]
+    data = b"".join(piece.SerializeToString() for piece in pieces)
+    for name in ("INPUT0", "INPUT1"):  # shape [1, 16] unpacked (field 3, varint), then an unknown field 9
+        tensor = service_pb2.ModelInferRequest.InferInputTensor(name=name, datatype="INT32").SerializeToString()
+        tensor += b"\x18\x01\x18\x10" + b"\x48\x07"
+        data += b"\x2a" + bytes([len(tensor)]) + tensor
+    data += b"\xf8\x01\x05" + service_pb2.ModelInferRequest(model_name="simple").SerializeToString()
+    with grpc.insecure_channel(example_server.url) as channel:
+        answer = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")(data, timeout=10)
+    response = service_pb2.ModelInferResponse.FromString(answer)
+    assert (response.model_name, response.id, [o.name for o in response.outputs]) == ("simple", "an id", ["OUTPUT1"])
+    assert list(response.outputs[0].shape) == [1, 16]
+    np.testing.assert_array_equal(np.frombuffer(response.raw_output_contents[0], "<i4").reshape(1, 16), A - B)

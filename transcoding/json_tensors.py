@@ -20,11 +20,12 @@ import numpy as np
 import orjson
 
 from kserve_v2 import datatypes
-from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.backend import Parameter
+from kserve_v2.codec.messages import (
+    Buffer, InferParameter, InferRequest, InferResponse, InputTensor, OutputTensor, RequestedOutput, RequestHeader,
+)
 from kserve_v2.datatypes import BYTES
 from kserve_v2.errors import InvalidInput, TooLarge
-from kserve_v2.inference import Buffer
 from kserve_v2.tensors import as_buffer, pack_bytes, unpack_bytes
 
 MAX_JSON_DEPTH = 100
@@ -34,13 +35,12 @@ _NO_JSON = ("FP16", "BF16")
 
 @dataclass
 class HttpInfer:
-    """A transcoded request and how its outputs go back: binary or JSON."""
+    """A transcoded request and how its outputs go back: binary or JSON. The request's raw entries
+    are binary data as views of the body (no copy), and JSON data as bytes."""
 
-    request: pb.ModelInferRequest
+    request: InferRequest
     binary_outputs: set[str] = field(default_factory=set)
     all_binary: bool = False
-    # the raw_input_contents entries, kept beside the message: binary data as views of the body (no copy)
-    raw: list[Buffer] = field(default_factory=list)
 
 
 def parse_infer_request(body: bytes, header_length: int | None, model: str, version: str, max_bytes: int) -> HttpInfer:
@@ -64,13 +64,13 @@ def parse_infer_request(body: bytes, header_length: int | None, model: str, vers
     if not isinstance(header, dict) or not isinstance(header.get("inputs"), list):
         raise InvalidInput("the inference request must be a JSON object with an 'inputs' list")
     binary = memoryview(body)[split:]
-    request = pb.ModelInferRequest(model_name=model, model_version=version, id=str(header.get("id", "")))
+    request = InferRequest(RequestHeader(model, version), str(header.get("id", "")))
     parsed = HttpInfer(request)
     for key, value in _parameters(header, "request").items():
         if key == "binary_data_output":
             parsed.all_binary = bool(value)
         else:
-            _set_parameter(request.parameters[key], value, key)
+            request.parameters[key] = _parameter(value, key)
     offset = 0
     for item in header["inputs"]:
         offset = _add_input(parsed, item, binary, offset, max_bytes)
@@ -79,17 +79,18 @@ def parse_infer_request(body: bytes, header_length: int | None, model: str, vers
     for item in header.get("outputs") or []:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise InvalidInput("each requested output must be an object with a 'name'")
-        output = request.outputs.add(name=item["name"])
+        output = RequestedOutput(item["name"])
+        request.outputs.append(output)
         for key, value in _parameters(item, "output", item["name"]).items():
             if key == "binary_data":
                 if value:
                     parsed.binary_outputs.add(item["name"])
             else:
-                _set_parameter(output.parameters[key], value, key)
+                output.parameters[key] = _parameter(value, key)
     return parsed
 
 
-def render_infer_response(response: pb.ModelInferResponse, parsed: HttpInfer, arrays: Sequence[np.ndarray]
+def render_infer_response(response: InferResponse, parsed: HttpInfer, arrays: Sequence[np.ndarray]
                           ) -> tuple[list[Buffer], int | None]:
     """Render the response: JSON, plus binary blobs for the outputs asked for that way.
 
@@ -106,13 +107,12 @@ def render_infer_response(response: pb.ModelInferResponse, parsed: HttpInfer, ar
     header: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         header["id"] = response.id
-    if len(response.parameters):  # Triton writes a response's parameters as a JSON object
+    if response.parameters:  # Triton writes a response's parameters as a JSON object
         header["parameters"] = {key: _parameter_value(value) for key, value in response.parameters.items()}
     outputs, blobs = [], []
-    # upb's repeated fields read by slicing: iterating one ends on an IndexError whose message is formatted
-    for tensor, array in zip(response.outputs[:], arrays, strict=True):
-        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape[:]}
-        if len(tensor.parameters) and "shared_memory_region" in tensor.parameters:
+    for tensor, array in zip(response.outputs, arrays, strict=True):
+        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape}
+        if "shared_memory_region" in tensor.parameters:
             pass  # written into the client's region: named only, no data and no parameters, as Triton answers
         elif parsed.all_binary or tensor.name in parsed.binary_outputs:
             blob = as_buffer(array, _dtype(tensor.datatype))
@@ -132,11 +132,12 @@ def parse_detached(body: bytes, header_length: int | None, model: str, version: 
     """``parse_infer_request`` for a worker process: binary inputs as bytes, not views of the body
     (a view does not pickle). Same errors."""
     parsed = parse_infer_request(body, header_length, model, version, max_bytes)
-    parsed.raw = [bytes(entry) for entry in parsed.raw]
+    raw = parsed.request.raw_input_contents
+    raw[:] = [bytes(entry) for entry in raw]
     return parsed
 
 
-def render_detached(response: pb.ModelInferResponse, parsed: HttpInfer, arrays: Sequence[np.ndarray]
+def render_detached(response: InferResponse, parsed: HttpInfer, arrays: Sequence[np.ndarray]
                     ) -> tuple[list[bytes], int | None]:
     """``render_infer_response`` for a worker process: every part as bytes (a view does not pickle).
     Same errors."""
@@ -181,11 +182,9 @@ def _array_list(value: Any) -> list[Any]:
     return _float_list(value) if value.dtype.kind == "f" else list(value.tolist())
 
 
-def _parameter_value(value: pb.InferParameter) -> Parameter:
+def _parameter_value(value: InferParameter) -> Parameter:
     """A response parameter's value as JSON takes it (the field its ``parameter_choice`` names)."""
-    choice = value.WhichOneof("parameter_choice")
-    found: Parameter = getattr(value, choice) if choice is not None else ""
-    return found
+    return value.value if value.choice is not None else ""
 
 
 def _float_list(values: np.ndarray) -> list[float]:
@@ -221,17 +220,19 @@ def _add_input(parsed: HttpInfer, item: Any, binary: memoryview, offset: int, ma
     name, datatype, shape = item["name"], item.get("datatype"), item.get("shape")
     if type(datatype) is not str or type(shape) is not list or not _int64_list(shape):
         raise InvalidInput(f"input '{name}' needs a 'datatype' string and a 'shape' list of int64 integers")
-    tensor = request.inputs.add(name=name, datatype=datatype, shape=shape)
+    tensor = InputTensor(name, datatype, shape)
+    request.inputs.append(tensor)
     parameters = _parameters(item, "input", name)
     size = parameters.pop("binary_data_size", None) if parameters else None
     for key, value in parameters.items():
-        _set_parameter(tensor.parameters[key], value, key)
+        tensor.parameters[key] = _parameter(value, key)
+    raw = request.raw_input_contents
     if size is not None:
         if "data" in item:
             raise InvalidInput(f"input '{name}' has both 'data' and binary_data_size")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(binary):
             raise InvalidInput(f"binary_data_size of input '{name}' does not fit the binary data of the body")
-        parsed.raw.append(binary[offset : offset + size])
+        raw.append(binary[offset : offset + size])
         return offset + size
     if parameters and any(k.startswith("shared_memory") for k in parameters):
         if "data" in item:
@@ -239,7 +240,7 @@ def _add_input(parsed: HttpInfer, item: Any, binary: memoryview, offset: int, ma
         return offset  # no raw entry: the core reads it from the region
     if "data" not in item:
         raise InvalidInput(f"input '{name}' has no 'data' and no binary_data_size")
-    parsed.raw.append(_json_to_raw(item["data"], datatype, shape, name, max_bytes))
+    raw.append(_json_to_raw(item["data"], datatype, shape, name, max_bytes))
     return offset
 
 
@@ -292,7 +293,7 @@ def _flatten(data: Any) -> list[Any]:
     return flat
 
 
-def _json_values(array: np.ndarray, tensor: pb.ModelInferResponse.InferOutputTensor) -> list[Any] | np.ndarray:
+def _json_values(array: np.ndarray, tensor: OutputTensor) -> list[Any] | np.ndarray:
     dtype = _dtype(tensor.datatype)
     if tensor.datatype in _NO_JSON:
         raise InvalidInput(f"sending {tensor.datatype} data via JSON is not supported. Please use the binary data "
@@ -337,19 +338,22 @@ def _int64_list(values: list[Any]) -> bool:
     return True
 
 
-def _set_parameter(target: pb.InferParameter, value: Any, key: str) -> None:
+def _parameter(value: Any, key: str) -> InferParameter:
+    """A JSON parameter value as an ``InferParameter``.
+
+    Raises:
+        InvalidInput: an integer beyond uint64, or a value that is not a string, number or boolean.
+    """
     if isinstance(value, bool):
-        target.bool_param = value
-    elif isinstance(value, int):
+        return InferParameter("bool_param", value)
+    if isinstance(value, int):
         if -(2**63) <= value < 2**63:
-            target.int64_param = value
-        elif 0 <= value < 2**64:  # a uint64 such as a large sequence_id
-            target.uint64_param = value
-        else:
-            raise InvalidInput(f"parameter '{key}' does not fit int64 or uint64")
-    elif isinstance(value, float):
-        target.double_param = value
-    elif isinstance(value, str):
-        target.string_param = value
-    else:
-        raise InvalidInput(f"parameter '{key}' must be a string, number or boolean")
+            return InferParameter("int64_param", value)
+        if 0 <= value < 2**64:  # a uint64 such as a large sequence_id
+            return InferParameter("uint64_param", value)
+        raise InvalidInput(f"parameter '{key}' does not fit int64 or uint64")
+    if isinstance(value, float):
+        return InferParameter("double_param", value)
+    if isinstance(value, str):
+        return InferParameter("string_param", value)
+    raise InvalidInput(f"parameter '{key}' must be a string, number or boolean")

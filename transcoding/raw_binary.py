@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 
-from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.codec.messages import InferRequest, InputTensor, RequestHeader
 from kserve_v2.datatypes import BY_CONFIG, BYTES
 from kserve_v2.errors import InvalidInput
 from transcoding.json_tensors import HttpInfer
@@ -64,6 +64,6 @@ def raw_binary_request(body: bytes, model: str, version: str, config: mc.ModelCo
             fixed = math.prod(d for d in tensor.dims if d != -1)
             shape[variable] = len(body) // max(fixed * dtype.itemsize, 1)
         data = body
-    request = pb.ModelInferRequest(model_name=model, model_version=version)
-    request.inputs.add(name=tensor.name, datatype=dtype.v2, shape=shape)
-    return HttpInfer(request, all_binary=True, raw=[data])
+    request = InferRequest(RequestHeader(model, version, inputs=[InputTensor(tensor.name, dtype.v2, shape)]),
+                           raw_input_contents=[data])
+    return HttpInfer(request, all_binary=True)

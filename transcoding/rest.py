@@ -23,7 +23,7 @@ from starlette.routing import BaseRoute, Route
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput
-from kserve_v2.inference import Buffer
+from kserve_v2.codec.messages import Buffer, InferRequest, InferResponse, RequestHeader
 from kserve_v2.offload import is_heavy
 from kserve_v2.service import InferenceService
 from transcoding.http_body import compressed, header_values, read_body
@@ -129,13 +129,12 @@ class V2Routes:
         parsed = await self.parse_infer(request, name, version, header_length)
         service = self.service
         carrier = dict(request.headers) if service.traces else None  # a W3C traceparent, read only when tracing
-        response, report = await service.model_infer_reported(parsed.request, carrier, raw_inputs=parsed.raw,
-                                                              raw_outputs=False)
+        response, report = await service.model_infer_reported(parsed.request, carrier, raw_outputs=False)
         arrays = report.outputs
         content: Sequence[Buffer]  # the JSON, then the binary outputs
         json_length: int | None
         if _json_heavy(response, parsed, arrays):  # the JSON writer holds the GIL throughout: a worker process
-            detached = replace(parsed, request=pb.ModelInferRequest(), raw=[])
+            detached = replace(parsed, request=InferRequest(RequestHeader()))
             content, json_length = await self.service.offload.in_process(render_detached, response, detached, arrays)
         else:  # binary outputs are views of the arrays; BYTES are framed or decoded element by element
             texts = 0
@@ -242,7 +241,7 @@ def _health(body: dict[str, Any], key: str) -> Response:
     return JSONResponse(body, status_code=200 if body[key] else 400)
 
 
-def _json_heavy(response: pb.ModelInferResponse, parsed: HttpInfer, arrays: Sequence[np.ndarray]) -> bool:
+def _json_heavy(response: InferResponse, parsed: HttpInfer, arrays: Sequence[np.ndarray]) -> bool:
     """Whether the outputs going back as JSON are large enough to render in the worker process
     (counted from their element counts, 4 bytes an element)."""
     if parsed.all_binary:

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-Buffer = bytes | bytearray | memoryview
+Buffer = bytes | memoryview
 Value = bool | int | float | str
 
 # InferParameter's oneof, by field number

@@ -25,13 +25,40 @@ _CHOICE_KEYS = {"bool_param": key(1, VARINT), "int64_param": key(2, VARINT), "st
 
 def encode_response(response: InferResponse) -> bytes:
     """The serialized ``ModelInferResponse`` (each raw output copied once, into the result)."""
-    return b"".join(_parts(response)[0])
+    return b"".join(response_parts(response)[0])
 
 
 def encode_stream_response(response: InferResponse) -> bytes:
     """The serialized ``ModelStreamInferResponse`` carrying ``response`` (no error message)."""
-    parts, size = _parts(response)
-    return b"".join([_STREAM_RESPONSE, encode_varint(size), *parts])
+    return b"".join(stream_parts(response)[0])
+
+
+def response_parts(response: InferResponse) -> tuple[list[Buffer], int]:
+    """The serialized ``ModelInferResponse`` as parts to join (the raw outputs' buffers among them,
+    not copied), and their total size: ``encode_response`` is their join."""
+    head = response.head
+    if head is None:
+        head = encode_head(response.model_name, response.model_version, response.outputs)
+    parts: list[Buffer] = [head]
+    if response.id:
+        parts.append(_strings(((3, response.id),)))
+    if response.parameters:
+        parts.append(encode_parameters(4, response.parameters))
+    size = sum(map(len, parts))
+    for raw in response.raw_output_contents:
+        nbytes = raw.nbytes if isinstance(raw, memoryview) else len(raw)
+        prefix = _RAW + encode_varint(nbytes)
+        parts.append(prefix)
+        parts.append(raw)
+        size += len(prefix) + nbytes
+    return parts, size
+
+
+def stream_parts(response: InferResponse) -> tuple[list[Buffer], int]:
+    """``response_parts`` of the ``ModelStreamInferResponse`` carrying ``response``."""
+    parts, size = response_parts(response)
+    prefix = _STREAM_RESPONSE + encode_varint(size)
+    return [prefix, *parts], size + len(prefix)
 
 
 def encode_stream_error(message: str, request_id: str, model_name: str, model_version: str) -> bytes:
@@ -50,26 +77,6 @@ def encode_parameters(field: int, parameters: Mapping[str, InferParameter]) -> b
     """A ``map<string, InferParameter>`` field: one entry per key."""
     return b"".join(delimited(field, _strings(((1, name),)) + delimited(2, _parameter(value)))
                     for name, value in parameters.items())
-
-
-def _parts(response: InferResponse) -> tuple[list[Buffer], int]:
-    """The response's bytes as parts to join, and their total size."""
-    head = response.head
-    if head is None:
-        head = encode_head(response.model_name, response.model_version, response.outputs)
-    parts: list[Buffer] = [head]
-    if response.id:
-        parts.append(_strings(((3, response.id),)))
-    if response.parameters:
-        parts.append(encode_parameters(4, response.parameters))
-    size = sum(map(len, parts))
-    for raw in response.raw_output_contents:
-        nbytes = raw.nbytes if isinstance(raw, memoryview) else len(raw)
-        prefix = _RAW + encode_varint(nbytes)
-        parts.append(prefix)
-        parts.append(raw)
-        size += len(prefix) + nbytes
-    return parts, size
 
 
 def _output(tensor: OutputTensor) -> bytes:

@@ -11,7 +11,7 @@ from kserve_v2._proto import grpc_service_pb2_grpc as pb_grpc
 from kserve_v2.grpc.access import RestrictedProtocolInterceptor
 from kserve_v2.grpc.health import DrainingHealthServicer
 from kserve_v2.grpc.registration import CheckedRegistration
-from kserve_v2.grpc.servicer import Servicer
+from kserve_v2.grpc.servicer import RAW_METHODS, Servicer
 from kserve_v2.restrictions import parse_restrictions
 from kserve_v2.service import InferenceService
 from kserve_v2.settings import Settings, TlsSettings
@@ -49,7 +49,7 @@ def build_server(service: InferenceService, settings: Settings
     interceptors = [RestrictedProtocolInterceptor(restrictions)] if restrictions else []  # none: no per-call cost
     server = grpc.aio.server(options=options, interceptors=interceptors)
     servicer = Servicer(service)
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, CheckedRegistration(server))
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, CheckedRegistration(server, RAW_METHODS))
     health_servicer = DrainingHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     address = f"{settings.grpc_address}:{settings.grpc_port}"

@@ -4,6 +4,12 @@ Each RPC calls one service method; its errors are turned into a gRPC status wher
 registered (``kserve_v2.grpc.registration``, with the one table of ``status``). ModelStreamInfer sends one ModelStreamInferResponse per request, echoing
 the request ``id``; a failed request is reported in ``error_message`` and the stream stays open
 (Triton's ``grpc_service.proto``, ``ModelStreamInfer``).
+
+ModelInfer and ModelStreamInfer (``RAW_METHODS``) are registered without a deserializer or a
+serializer: they take the message's bytes as grpc.aio received them and answer bytes, through the
+wire codec (``kserve_v2.codec``), so tensor data is read where it arrived and each output copied
+once, into the response. Bytes that are not a valid message are INVALID_ARGUMENT with the text the
+other RPCs give (``parsing.unparsable``).
 """
 
 from __future__ import annotations
@@ -16,8 +22,14 @@ import grpc
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import grpc_service_pb2_grpc as pb_grpc
-from kserve_v2.grpc.parsing import RECEIVED_BYTES
+from kserve_v2.codec.messages import Buffer, InferRequest
+from kserve_v2.codec.requests import decode_request
+from kserve_v2.codec.responses import encode_stream_error, response_parts, stream_parts
+from kserve_v2.codec.wire import WireError
+from kserve_v2.errors import InvalidInput
+from kserve_v2.grpc.parsing import unparsable
 from kserve_v2.grpc.status import describe
+from kserve_v2.offload import Offload, is_heavy
 from kserve_v2.service import InferenceService
 
 if TYPE_CHECKING:  # grpc's classes are generic in their stubs only
@@ -25,6 +37,8 @@ if TYPE_CHECKING:  # grpc's classes are generic in their stubs only
 
 # Requests of one stream executed at once; further requests wait to be read (backpressure).
 STREAM_WINDOW = 64
+SERVICE = "inference.GRPCInferenceService"
+RAW_METHODS = frozenset({f"/{SERVICE}/ModelInfer", f"/{SERVICE}/ModelStreamInfer"})  # bytes in, bytes out
 _DRAIN = "server draining"  # the cancel message that ends a stream's reading, not the stream
 
 
@@ -56,9 +70,13 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Context) -> pb.ModelMetadataResponse:
         return self._service.model_metadata(request)
 
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
+    async def ModelInfer(self, request: bytes, context: Context) -> bytes:
+        """A serialized ModelInferRequest in, a serialized ModelInferResponse out (``RAW_METHODS``)."""
+        offload = self._service.offload
+        message = await _decoded(offload, request, "ModelInfer")
         carrier = _carrier(context) if self._service.traces else None  # the metadata is read only when we trace
-        return await self._service.model_infer(request, carrier, RECEIVED_BYTES.get())
+        response, _ = await self._service.model_infer_reported(message, carrier, wire_bytes=len(request))
+        return await _encoded(offload, *response_parts(response))
 
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Context) -> pb.ModelConfigResponse:
         return self._service.model_config(request)
@@ -99,29 +117,27 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
     async def LogSettings(self, request: pb.LogSettingsRequest, context: Context) -> pb.LogSettingsResponse:
         return self._service.extensions.log_settings(request)
 
-    async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
-    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+    async def ModelStreamInfer(self, request_iterator: AsyncIterator[bytes], context: Context) -> AsyncIterator[bytes]:
         """Run a stream's requests concurrently (up to STREAM_WINDOW) and send each result as it completes;
-        after ``drain`` read no more requests and end once those read are answered."""
-        done: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        after ``drain`` read no more requests and end once those read are answered. Serialized
+        ModelInferRequests in, serialized ModelStreamInferResponses out (``RAW_METHODS``); a message
+        that does not parse ends the stream with INVALID_ARGUMENT (raised here, the status set where
+        the handler is registered)."""
+        done: asyncio.Queue[bytes | None] = asyncio.Queue()
         window = asyncio.Semaphore(STREAM_WINDOW)
         running: set[asyncio.Task[None]] = set()
+        offload = self._service.offload
 
-        async def one(request: pb.ModelInferRequest) -> None:
+        async def one(request: InferRequest, wire_bytes: int) -> None:
             try:
-                response = pb.ModelStreamInferResponse(infer_response=await self._service.model_infer(request))
+                response, _ = await self._service.model_infer_reported(request, wire_bytes=wire_bytes)
+                encoded = await _encoded(offload, *stream_parts(response))
             except Exception as err:  # noqa: BLE001 - reported in-stream
                 _, message = describe(err)
-                response = pb.ModelStreamInferResponse(
-                    error_message=message,
-                    infer_response=pb.ModelInferResponse(
-                        id=request.id, model_name=request.model_name, model_version=request.model_version
-                    ),
-                )
+                encoded = encode_stream_error(message, request.id, request.model_name, request.model_version)
             finally:
                 window.release()
-            done.put_nowait(response)
+            done.put_nowait(encoded)
 
         async def read() -> None:
             try:
@@ -129,10 +145,11 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
                     while True:
                         await window.acquire()  # a drain may cancel here or below: no request is lost
                         try:
-                            request = await anext(request_iterator)
+                            data = await anext(request_iterator)
                         except StopAsyncIteration:
                             break
-                        task = asyncio.create_task(one(request))
+                        request = await _decoded(offload, data, "ModelStreamInfer")
+                        task = asyncio.create_task(one(request, len(data)))
                         running.add(task)
                         task.add_done_callback(running.discard)
                 except asyncio.CancelledError as err:
@@ -159,3 +176,22 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
 def _carrier(context: Context) -> dict[str, str]:
     """The call's text metadata, for a W3C ``traceparent`` (binary ``-bin`` entries carry no trace context)."""
     return {key: value for key, value in context.invocation_metadata() or () if isinstance(value, str)}
+
+
+async def _decoded(offload: Offload, data: bytes, method: str) -> InferRequest:
+    """The request in ``data``, decoded on the decode thread pool when it is large (typed contents
+    decode element by element there, without holding up the event loop).
+
+    Raises:
+        InvalidInput: not a valid ModelInferRequest, with the text of the other RPCs -> INVALID_ARGUMENT.
+    """
+    try:
+        return await offload.in_thread(decode_request, data) if is_heavy(len(data)) else decode_request(data)
+    except WireError:
+        raise InvalidInput(unparsable(f"{SERVICE}.{method} request")) from None
+
+
+async def _encoded(offload: Offload, parts: list[Buffer], size: int) -> bytes:
+    """The message whose parts are given, joined: on the decode thread pool when it is large (the one
+    copy of each output into the message)."""
+    return await offload.in_thread(b"".join, parts) if is_heavy(size) else b"".join(parts)

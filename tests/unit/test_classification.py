@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kserve_v2._proto import grpc_service_pb2 as pb
+from kserve_v2.codec.messages import InferParameter
 from kserve_v2.classification import classify, requested_count
 from kserve_v2.errors import InvalidInput
 
@@ -48,8 +48,9 @@ def test_zero_rows_give_an_empty_tensor_as_triton_does() -> None:
     assert classify(np.zeros((2, 0), np.float32), 3, True, ()).shape == (2, 0)
 
 
-def _parameter(**value: object) -> pb.InferParameter:
-    return pb.InferParameter(**value)  # type: ignore[arg-type]
+def _parameter(**value: bool | int | float | str) -> InferParameter:
+    ((choice, given),) = value.items()
+    return InferParameter(choice, given)
 
 
 @pytest.mark.parametrize(("parameter", "datatype", "shm", "text"), [
@@ -62,7 +63,7 @@ def _parameter(**value: object) -> pb.InferParameter:
     (_parameter(int64_param=2), "FP16", False, "class result not available for output due to unsupported type 'FP16'"),
     (_parameter(int64_param=2), "BOOL", False, "class result not available for output due to unsupported type 'BOOL'"),
 ])
-def test_bad_parameters_get_tritons_texts(parameter: pb.InferParameter, datatype: str, shm: bool, text: str) -> None:
+def test_bad_parameters_get_tritons_texts(parameter: InferParameter, datatype: str, shm: bool, text: str) -> None:
     with pytest.raises(InvalidInput) as raised:
         requested_count(parameter, datatype, shm)
     assert str(raised.value) == text

@@ -24,14 +24,14 @@ def _config(text: str) -> mc.ModelConfig:
 def test_shape_is_deduced_from_the_config(config: str, body_bytes: int, shape: list[int]) -> None:
     parsed = raw_binary_request(bytes(body_bytes), "m", "", _config(config))
     assert list(parsed.request.inputs[0].shape) == shape and parsed.all_binary
-    assert parsed.raw == [bytes(body_bytes)]
+    assert parsed.request.raw_input_contents == [bytes(body_bytes)]
 
 
 def test_a_one_element_bytes_input_takes_the_whole_body() -> None:
     parsed = raw_binary_request(b"427", "m", "1", _config(
         'max_batch_size: 8 input [{ name: "X" data_type: TYPE_STRING dims: [1] }]'))
     assert (parsed.request.inputs[0].datatype, list(parsed.request.inputs[0].shape)) == ("BYTES", [1, 1])
-    assert parsed.raw == [np.uint32(3).tobytes() + b"427"]
+    assert parsed.request.raw_input_contents == [np.uint32(3).tobytes() + b"427"]
 
 
 @pytest.mark.parametrize(("config", "text"), [

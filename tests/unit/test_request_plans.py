@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from kserve_v2._proto import grpc_service_pb2 as pb
+from kserve_v2.codec.generated import request_from_message, response_to_message
+from kserve_v2.codec.messages import InferRequest
 from kserve_v2.datatypes import BY_V2, BYTES
 from kserve_v2.errors import InvalidInput
 from kserve_v2.inference import decode_request
@@ -25,7 +27,7 @@ def simple_spec() -> ModelSpec:
 
 
 def simple_request(rows: int = 1, first: bytes | None = None, outputs: tuple[str, ...] = ("OUTPUT1",)
-                   ) -> pb.ModelInferRequest:
+                   ) -> InferRequest:
     request = pb.ModelInferRequest(model_name="simple", id="7")
     request.parameters["triton_enable_empty_final_response"].bool_param = True
     for i in range(2):
@@ -35,7 +37,7 @@ def simple_request(rows: int = 1, first: bytes | None = None, outputs: tuple[str
         request.raw_input_contents[0] = first
     for name in outputs:
         request.outputs.add(name=name)
-    return request
+    return request_from_message(request)
 
 
 def test_a_signature_seen_before_decodes_as_the_full_checks_did() -> None:
@@ -71,13 +73,16 @@ def test_failed_validation_is_not_remembered() -> None:
 
 def test_tensors_with_parameters_or_contents_are_checked_in_full_every_time() -> None:
     spec = simple_spec()
-    request = simple_request()
-    request.outputs[0].parameters["binary_data"].bool_param = True
-    decode_request(request, spec)
+    message = pb.ModelInferRequest(model_name="simple")
+    for i in range(2):
+        message.inputs.add(name=f"INPUT{i}", datatype="INT32", shape=[1, 16])
+        message.raw_input_contents.append(bytes(64))
+    message.outputs.add(name="OUTPUT1").parameters["binary_data"].bool_param = True
+    decode_request(request_from_message(message), spec)
     typed = pb.ModelInferRequest(model_name="simple")
     for i in range(2):
         typed.inputs.add(name=f"INPUT{i}", datatype="INT32", shape=[1, 16]).contents.int_contents.extend(range(16))
-    assert decode_request(typed, spec).feeds["INPUT1"].tolist() == [list(range(16))]
+    assert decode_request(request_from_message(typed), spec).feeds["INPUT1"].tolist() == [list(range(16))]
     assert not spec.plans
 
 
@@ -87,13 +92,13 @@ def test_bytes_inputs_are_unpacked_each_time() -> None:
         request = pb.ModelInferRequest(model_name="text")
         request.inputs.add(name="TEXT", datatype="BYTES", shape=[2])
         request.raw_input_contents.append(pack_bytes(np.array(values, dtype=object)))
-        assert decode_request(request, spec).feeds["TEXT"].tolist() == values
+        assert decode_request(request_from_message(request), spec).feeds["TEXT"].tolist() == values
     assert len(spec.plans) == 1
     truncated = pb.ModelInferRequest(model_name="text")
     truncated.inputs.add(name="TEXT", datatype="BYTES", shape=[2])
     truncated.raw_input_contents.append(pack_bytes(np.array([b"a"], dtype=object)))
     with pytest.raises(InvalidInput, match="expected 2 string elements for input 'TEXT' for model 'text'"):
-        decode_request(truncated, spec)
+        decode_request(request_from_message(truncated), spec)
 
 
 def test_the_memos_are_bounded() -> None:
@@ -117,8 +122,7 @@ def test_responses_carry_the_outputs_described_as_before() -> None:
         for name in ("OUTPUT1", "OUTPUT0"):
             expected.outputs.add(name=name, datatype="INT32", shape=[1, 16])
         expected.raw_output_contents.extend([a.tobytes() for a in arrays])
-        assert response == expected
-        assert response.SerializeToString() == expected.SerializeToString()
+        assert response_to_message(response) == expected
         assert shaped[0] is arrays[0]
     assert len(spec.responses) == 1
     bare, _ = encode_response(pb.ModelInferRequest(), spec, 1, decoded, arrays, raw=False)

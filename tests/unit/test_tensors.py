@@ -92,3 +92,20 @@ def test_to_raw_is_little_endian_row_major() -> None:
     bf16 = np.array([1.5, -2.0], dtype=BF16.numpy)
     assert tensors.to_raw(bf16, BF16) == bf16.view(np.uint16).astype("<u2").tobytes()
     assert tensors.from_raw(tensors.to_raw(bf16, BF16), BF16, [2], WHAT).tolist() == [1.5, -2.0]
+
+
+def test_as_buffer_views_large_outputs_and_gives_to_raws_bytes() -> None:
+    large = np.arange(tensors.COPY_BELOW, dtype="<i4").reshape(2, -1)
+    view = tensors.as_buffer(large, BY_V2["INT32"])
+    assert isinstance(view, memoryview) and np.shares_memory(np.frombuffer(view, np.uint8), large)
+    for array, dtype in ((large, BY_V2["INT32"]), (large.T, BY_V2["INT32"]), (large.astype(">i4"), BY_V2["INT32"]),
+                         (np.arange(3, dtype="<f4"), BY_V2["FP32"]), (np.array([1.5], BF16.numpy), BF16)):
+        assert bytes(tensors.as_buffer(array, dtype)) == tensors.to_raw(array, dtype)
+
+
+def test_from_contents_takes_the_codecs_arrays_with_the_same_checks() -> None:
+    narrow = tensors.from_contents(np.array([1, -2, 127, -128], np.int32), BY_V2["INT8"], [2, 2], WHAT)
+    assert narrow.dtype == np.int8 and narrow.tolist() == [[1, -2], [127, -128]]
+    with pytest.raises(InvalidInput, match="do not fit datatype UINT8: Python integer 256 out of bounds for uint8"):
+        tensors.from_contents(np.array([1, 256], np.uint32), BY_V2["UINT8"], [2], WHAT)
+    assert tensors.from_contents(np.array([0.5], np.float32), BY_V2["FP32"], [1], WHAT).dtype == np.float32
