@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +25,7 @@ from kserve_v2.codec.messages import (
 )
 from kserve_v2.datatypes import BYTES
 from kserve_v2.errors import InvalidInput, TooLarge
-from kserve_v2.tensors import as_buffer, pack_bytes, unpack_bytes
+from kserve_v2.tensors import pack_bytes, unpack_bytes
 
 MAX_JSON_DEPTH = 100
 _ARRAY_OR_NONE = (np.ndarray, type(None))
@@ -90,13 +89,12 @@ def parse_infer_request(body: bytes, header_length: int | None, model: str, vers
     return parsed
 
 
-def render_infer_response(response: InferResponse, parsed: HttpInfer, arrays: Sequence[np.ndarray]
-                          ) -> tuple[list[Buffer], int | None]:
+def render_infer_response(response: InferResponse, parsed: HttpInfer) -> tuple[list[Buffer], int | None]:
     """Render the response: JSON, plus binary blobs for the outputs asked for that way.
 
     Args:
-        response: the core's response, without raw contents.
-        arrays: its output arrays, in order; binary outputs are sent from their buffers.
+        response: the core's response; its raw contents (the buffers gRPC sends, views of the output
+            arrays) are sent as they are for binary outputs, and read as arrays for JSON ones.
 
     Returns:
         (body parts to send in order, header length) - the length is None when the body is all JSON.
@@ -110,16 +108,15 @@ def render_infer_response(response: InferResponse, parsed: HttpInfer, arrays: Se
     if response.parameters:  # Triton writes a response's parameters as a JSON object
         header["parameters"] = {key: _parameter_value(value) for key, value in response.parameters.items()}
     outputs, blobs = [], []
-    for tensor, array in zip(response.outputs, arrays, strict=True):
+    for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=True):
         entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape}
         if "shared_memory_region" in tensor.parameters:
             pass  # written into the client's region: named only, no data and no parameters, as Triton answers
         elif parsed.all_binary or tensor.name in parsed.binary_outputs:
-            blob = as_buffer(array, _dtype(tensor.datatype))
-            entry["parameters"] = {"binary_data_size": len(blob)}
-            blobs.append(blob)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            blobs.append(raw)
         else:
-            entry["data"] = _json_values(array, tensor)
+            entry["data"] = _json_values(raw, tensor)
         outputs.append(entry)
     header["outputs"] = outputs
     text = _dump(header)
@@ -137,12 +134,31 @@ def parse_detached(body: bytes, header_length: int | None, model: str, version: 
     return parsed
 
 
-def render_detached(response: InferResponse, parsed: HttpInfer, arrays: Sequence[np.ndarray]
-                    ) -> tuple[list[bytes], int | None]:
-    """``render_infer_response`` for a worker process: every part as bytes (a view does not pickle).
-    Same errors."""
-    parts, length = render_infer_response(response, parsed, arrays)
+def render_detached(response: InferResponse, parsed: HttpInfer) -> tuple[list[bytes], int | None]:
+    """``render_infer_response`` for a worker process: ``response`` as ``detached`` gives it, every
+    part as bytes (a view does not pickle). Same errors."""
+    parts, length = render_infer_response(response, parsed)
     return [bytes(part) for part in parts], length
+
+
+def detached(response: InferResponse) -> InferResponse:
+    """``response`` with its raw contents as bytes, for a worker process (a view does not pickle)."""
+    return InferResponse(response.model_name, response.model_version, response.id, response.parameters,
+                         response.outputs, [bytes(raw) for raw in response.raw_output_contents])
+
+
+def json_elements(response: InferResponse, parsed: HttpInfer) -> tuple[int, int]:
+    """(elements of the outputs going back as JSON, BYTES elements among them): what rendering them costs."""
+    elements = texts = 0
+    if parsed.all_binary:
+        return 0, 0
+    for tensor in response.outputs:
+        if tensor.name not in parsed.binary_outputs and "shared_memory_region" not in tensor.parameters:
+            count = math.prod(tensor.shape)
+            elements += count
+            if tensor.datatype == BYTES.v2:
+                texts += count
+    return elements, texts
 
 
 def load_json(data: bytes | memoryview) -> Any:
@@ -293,15 +309,16 @@ def _flatten(data: Any) -> list[Any]:
     return flat
 
 
-def _json_values(array: np.ndarray, tensor: OutputTensor) -> list[Any] | np.ndarray:
+def _json_values(raw: Buffer, tensor: OutputTensor) -> list[Any] | np.ndarray:
+    """An output's values for JSON from its raw contents (BYTES elements as text)."""
     dtype = _dtype(tensor.datatype)
     if tensor.datatype in _NO_JSON:
         raise InvalidInput(f"sending {tensor.datatype} data via JSON is not supported. Please use the binary data "
                            f"format for output {tensor.name}")  # Triton's text
     if dtype is BYTES:
-        items = unpack_bytes(pack_bytes(array), math.prod(tensor.shape), f"output '{tensor.name}'")
+        items = unpack_bytes(raw, math.prod(tensor.shape), f"output '{tensor.name}'")
         return [item.decode("utf-8", errors="replace") for item in items]
-    values = np.ascontiguousarray(array, dtype=dtype.numpy).reshape(-1)
+    values = np.frombuffer(raw, dtype.numpy)
     if values.dtype.kind == "f" and not np.isfinite(values).all():
         return _float_list(values)  # NaN and Infinity as the standard library writes them
     return values  # written by orjson from the buffer (see _dump)

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -23,15 +22,15 @@ from starlette.routing import BaseRoute, Route
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput
-from kserve_v2.codec.messages import Buffer, InferRequest, InferResponse, RequestHeader
+from kserve_v2.codec.messages import Buffer, InferRequest, RequestHeader
 from kserve_v2.offload import is_heavy
 from kserve_v2.service import InferenceService
 from transcoding.http_body import compressed, header_values, read_body
 from transcoding.http_routes import Handler, guarded
 from transcoding.http_status import error_response
 from transcoding.json_pb import message_to_json
-from transcoding.json_tensors import (HttpInfer, load_json, parse_detached, parse_infer_request, render_detached,
-                                     render_infer_response)
+from transcoding.json_tensors import (HttpInfer, detached, json_elements, load_json, parse_detached,
+                                     parse_infer_request, render_detached, render_infer_response)
 from transcoding.raw_binary import raw_binary_request
 from transcoding.timing import timing_headers
 from transcoding.triton_extensions import extension_routes
@@ -129,23 +128,19 @@ class V2Routes:
         parsed = await self.parse_infer(request, name, version, header_length)
         service = self.service
         carrier = dict(request.headers) if service.traces else None  # a W3C traceparent, read only when tracing
-        response, report = await service.model_infer_reported(parsed.request, carrier, raw_outputs=False)
-        arrays = report.outputs
+        # the response's raw contents are the buffers gRPC would send (views of the output arrays)
+        response, report = await service.model_infer_reported(parsed.request, carrier)
         content: Sequence[Buffer]  # the JSON, then the binary outputs
         json_length: int | None
-        if _json_heavy(response, parsed, arrays):  # the JSON writer holds the GIL throughout: a worker process
-            detached = replace(parsed, request=InferRequest(RequestHeader()))
-            content, json_length = await self.service.offload.in_process(render_detached, response, detached, arrays)
-        else:  # binary outputs are views of the arrays; BYTES are framed or decoded element by element
-            texts = 0
-            for array in arrays:
-                if array.dtype.hasobject:
-                    texts += array.size
-            if is_heavy(0, texts):
-                content, json_length = await self.service.offload.in_thread(render_infer_response, response, parsed,
-                                                                            arrays)
-            else:
-                content, json_length = render_infer_response(response, parsed, arrays)
+        elements, texts = json_elements(response, parsed)
+        offload = service.offload
+        if is_heavy(elements * 4):  # the JSON writer holds the GIL throughout: a worker process
+            content, json_length = await offload.in_process(render_detached, detached(response),
+                                                            replace(parsed, request=InferRequest(RequestHeader())))
+        elif is_heavy(0, texts):  # BYTES decoded element by element
+            content, json_length = await offload.in_thread(render_infer_response, response, parsed)
+        else:
+            content, json_length = render_infer_response(response, parsed)
         headers = timing_headers(report, time.perf_counter_ns() - received)
         if report.trace_id:
             headers["X-Trace-ID"] = report.trace_id
@@ -239,21 +234,6 @@ def _path(request: Request) -> tuple[str, str]:
 def _health(body: dict[str, Any], key: str) -> Response:
     """200 with the JSON body when true, 400 when false (V2: 4xx means false; KServe clients read the body)."""
     return JSONResponse(body, status_code=200 if body[key] else 400)
-
-
-def _json_heavy(response: InferResponse, parsed: HttpInfer, arrays: Sequence[np.ndarray]) -> bool:
-    """Whether the outputs going back as JSON are large enough to render in the worker process
-    (counted from their element counts, 4 bytes an element)."""
-    if parsed.all_binary:
-        return False
-    elements = 0
-    for array in arrays:
-        elements += array.size
-    if not is_heavy(elements * 4):  # the common case: small outputs, whatever goes back how
-        return False
-    binary = parsed.binary_outputs
-    elements = sum(a.size for tensor, a in zip(response.outputs, arrays, strict=True) if tensor.name not in binary)
-    return is_heavy(elements * 4)
 
 
 def _header_length(value: str | None) -> int | None:
