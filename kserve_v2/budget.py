@@ -55,8 +55,11 @@ def request_cost(request: InferRequest, uses_shared_memory: bool, wire_bytes: in
     The wire part is the message as the transport received it, ``wire_bytes`` (gRPC: the tensor
     data stays in that buffer), counted ``MESSAGE_COPIES`` times; without it (REST, whose binary
     data are views of the body, or JSON data turned into raw bytes) the raw entries, counted
-    ``RAW_COPIES`` times. The text of BYTES elements is bounded by the wire and shared memory sizes
-    less their 4-byte prefixes. A request under ``SMALL_BYTES`` that reads no shared memory costs
+    ``RAW_COPIES`` times. Counts never exceed what the data can hold (a BYTES element takes 4 bytes
+    or more of the wire or of shared memory, a typed value a byte or more), so a shape that
+    disagrees with its data fails its decoding with Triton's INVALID_ARGUMENT text instead of being
+    refused for the memory it claims. The text of BYTES elements is bounded by the wire and shared
+    memory sizes less their 4-byte prefixes. A request under ``SMALL_BYTES`` that reads no shared memory costs
     nothing here (its decoded size is bounded by ~41x its wire size, and walking its tensors would
     cost more than decoding them); ``uses_shared_memory``: client shared memory is on.
     """
@@ -76,16 +79,18 @@ def request_cost(request: InferRequest, uses_shared_memory: bool, wire_bytes: in
         dtype = BY_V2.get(tensor.datatype)
         if dtype is BYTES:
             elements += count
-            total += count * BYTES_ELEMENT_BYTES
         elif dtype is not None and tensor.contents is not None:
-            total += count * dtype.itemsize
+            total += min(count, wire) * dtype.itemsize  # a typed value takes a byte or more of the message
         parameter = tensor.parameters.get(_SHM_SIZE)
         if parameter is not None and parameter.choice in ("int64_param", "uint64_param"):
             shared += max(int(parameter.value), 0)
     total += shared
     if elements:
+        # a BYTES element takes 4 bytes or more of data: a shape beyond the data fails its decoding, with
+        # Triton's text, instead of being refused for the memory it claims
+        elements = min(elements, (wire + shared) // 4)
         text = max(wire + shared - 4 * elements, 0)
-        total += min(elements, text) * BYTES_OBJECT_BYTES + text * BYTES_PAYLOAD_COPIES
+        total += elements * BYTES_ELEMENT_BYTES + min(elements, text) * BYTES_OBJECT_BYTES + text * BYTES_PAYLOAD_COPIES
     return total, elements
 
 

@@ -119,30 +119,51 @@ def unpack_bytes(buf: RawBytes, count: int, what: str) -> np.ndarray:
     anything is allocated, so a flood of zero-length prefixes cannot expand memory.
 
     Raises:
-        InvalidInput: too few or too many elements, a truncated prefix, a length past the end
-            of the buffer -> INVALID_ARGUMENT.
+        InvalidInput: -> INVALID_ARGUMENT. When the shape and the data disagree, Triton's texts
+            (``ValidateBytesInputs`` of Triton's core, ``qa/L0_input_validation``): fewer elements
+            than the shape, "expected <count> string elements for inference <what>, got <found>";
+            more, "unexpected number of string elements <count + 1> for inference <what>,
+            expecting <count>". A truncated prefix, or a length past the end of the buffer, is
+            named as such.
     """
-    if count > len(buf) // _LEN.size:
-        raise InvalidInput(
-            f"expected {count} string elements for {what}, but the {len(buf)}-byte buffer cannot hold them"
-        )
+    size = len(buf)
+    if count > size // _LEN.size:  # the buffer cannot hold them: count what it holds, as Triton's walk does
+        raise InvalidInput(f"expected {count} string elements for inference {what}, got {_held(buf, count, what)}")
     out = np.empty(count, dtype=object)
     view = memoryview(buf)
     offset = 0
     for i in range(count):
-        if offset + _LEN.size > len(buf):
+        if offset == size:
+            raise InvalidInput(f"expected {count} string elements for inference {what}, got {i}")
+        if offset + _LEN.size > size:
             raise InvalidInput(f"expected {count} string elements for {what}, got {i} (truncated length prefix)")
         (length,) = _LEN.unpack_from(buf, offset)
         offset += _LEN.size
-        if offset + length > len(buf):
+        if offset + length > size:
             raise InvalidInput(
                 f"string element {i} of {what} has length {length} past the end of the buffer"
             )
         out[i] = bytes(view[offset : offset + length])
         offset += length
-    if offset != len(buf):
-        raise InvalidInput(f"unexpected number of string elements for {what}: more than {count} in the buffer")
+    if offset != size:
+        raise InvalidInput(f"unexpected number of string elements {count + 1} for inference {what}, expecting {count}")
     return out
+
+
+def _held(buf: RawBytes, count: int, what: str) -> int:
+    """How many elements ``buf`` holds (the last may run past its end, as Triton's walk counts it).
+
+    Raises:
+        InvalidInput: a truncated length prefix.
+    """
+    size = len(buf)
+    offset = found = 0
+    while offset < size:
+        if offset + _LEN.size > size:
+            raise InvalidInput(f"expected {count} string elements for {what}, got {found} (truncated length prefix)")
+        offset += _LEN.size + _LEN.unpack_from(buf, offset)[0]
+        found += 1
+    return found
 
 
 def pack_bytes(array: np.ndarray) -> bytes:

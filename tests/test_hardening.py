@@ -91,7 +91,16 @@ CASES: dict[str, tuple[Callable[[], pb.ModelInferRequest], grpc.StatusCode, str]
     "BYTES length past the buffer": (
         lambda: _raw("simple_identity", "BYTES", [1, 1], struct.pack("<I", 1000) + b"abc"), INVALID, "past the end"),
     "BYTES zero-length prefix flood": (
-        lambda: _raw("simple_identity", "BYTES", [1, 2**40], b"\0" * 64), INVALID, "cannot hold them"),
+        lambda: _raw("simple_identity", "BYTES", [1, 2**40], b"\0" * 64), INVALID,
+        "expected 1099511627776 string elements for inference input 'INPUT0' for model 'simple_identity', got 16"),
+    # a shape that disagrees with data over 64 KiB: its decoding's error, not the budget's (RESOURCE_EXHAUSTED before)
+    "BYTES shape far beyond its two elements": (
+        lambda: _raw("simple_identity", "BYTES", [1, 2**40], _bytes_elements(b"x" * 40_000, b"y" * 40_000)), INVALID,
+        "expected 1099511627776 string elements for inference input 'INPUT0' for model 'simple_identity', got 2"),
+    "element count overflows int64, with typed contents": (
+        _with(lambda r: r.inputs.add(name="INPUT0", datatype="FP32", shape=[16, 2**60 + 2]).contents.fp32_contents
+              .extend([0.5] * 20_000), lambda: pb.ModelInferRequest(model_name="flat_fp32")),
+        INVALID, "unexpected integer overflow"),
     "missing input": (_with(_drop_input1), INVALID, "missing required input(s) ['INPUT1']"),
     "unknown input": (_with(lambda r: _rename(r, 1, "INPUT9")), INVALID, "unexpected inference input 'INPUT9'"),
     "duplicate input": (_with(lambda r: _rename(r, 1, "INPUT0")), INVALID, "more than once"),

@@ -27,3 +27,19 @@ def test_without_a_received_size_the_raw_entries_count() -> None:
     request = _request(1 << 18)
     assert request_cost(request, False)[0] == (1 << 20) * RAW_COPIES
     assert request_cost(_request(16), False) == (0, 0)
+
+
+def test_a_shape_beyond_its_data_is_counted_for_the_data() -> None:
+    """BYTES [1, 2^40] with two 40 KB elements, and FP32 contents of 20,000 values under a shape whose
+    element count overflows int64: counted for the data they carry (their decoding then refuses them
+    with Triton's text), not for the shape (RESOURCE_EXHAUSTED before)."""
+    text = pb.ModelInferRequest(model_name="m")
+    text.inputs.add(name="INPUT0", datatype="BYTES", shape=[1, 2**40])
+    text.raw_input_contents.append((40_000).to_bytes(4, "little") * 2 + b"x" * 80_000)
+    wire = text.ByteSize()
+    cost, elements = request_cost(request_from_message(text), False, wire)
+    assert elements == wire // 4 and cost < 2**30
+    typed = pb.ModelInferRequest(model_name="m")
+    typed.inputs.add(name="INPUT0", datatype="FP32", shape=[16, 2**60 + 2]).contents.fp32_contents.extend([0.5] * 20_000)
+    wire = typed.ByteSize()
+    assert request_cost(request_from_message(typed), False, wire)[0] == wire * MESSAGE_COPIES + wire * 4

@@ -97,7 +97,7 @@ def test_bytes_inputs_are_unpacked_each_time() -> None:
     truncated = pb.ModelInferRequest(model_name="text")
     truncated.inputs.add(name="TEXT", datatype="BYTES", shape=[2])
     truncated.raw_input_contents.append(pack_bytes(np.array([b"a"], dtype=object)))
-    with pytest.raises(InvalidInput, match="expected 2 string elements for input 'TEXT' for model 'text'"):
+    with pytest.raises(InvalidInput, match="expected 2 string elements for inference input 'TEXT' for model 'text', got 1"):
         decode_request(request_from_message(truncated), spec)
 
 

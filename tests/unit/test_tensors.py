@@ -74,12 +74,14 @@ def test_bytes_framing_across_blocks_and_long_elements() -> None:
 
 
 @pytest.mark.parametrize(("buf", "count", "message"), [
-    (framed(b"ab"), 2, "cannot hold them"),  # too few elements for the count, refused before allocating
+    # too few elements for the count (refused before allocating), more: Triton's texts
+    (framed(b"ab"), 2, "^expected 2 string elements for inference input 'INPUT0', got 1$"),
+    (framed(b"a", b"b"), 1, "^unexpected number of string elements 2 for inference input 'INPUT0', expecting 1$"),
+    (framed(b"a", b"b", b""), 4, "^expected 4 string elements for inference input 'INPUT0', got 3$"),
+    (b"\0" * 4000, 10**6, "expected 1000000 string elements for inference .*, got 1000$"),  # far beyond the buffer
     (framed(b"ab") + b"\x01\x00", 2, "truncated length prefix"),
     (framed(b"abcd") + b"\x01\x00\x00", 2, "truncated length prefix"),
     (struct.pack("<I", 10) + b"abc", 1, "past the end of the buffer"),
-    (framed(b"a", b"b"), 1, "more than 1"),
-    (b"\0" * 4000, 10**6, "cannot hold them"),  # a count far beyond what the buffer can frame
 ])
 def test_malformed_bytes_framing(buf: bytes, count: int, message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
