@@ -24,6 +24,8 @@ T = TypeVar("T")
 _BYTES_FIELD = 8
 _RUN = 8  # unpacked elements of one field in a row before the rest of the run is decoded in bulk
 _RUN_WINDOW = 512
+# one-byte tags of unpacked scalar elements -> their fixed width (0: a varint)
+_ONE_BYTE = {**{field << 3 | VARINT: 0 for field in range(1, 6)}, 6 << 3 | FIXED32: 4, 7 << 3 | FIXED64: 8}
 
 
 class _Fixed(NamedTuple):
@@ -53,6 +55,20 @@ def decode_contents(data: bytes, pos: int, end: int, depth: int, before: TensorC
     previous = -1
     while pos < end:
         start = pos
+        byte = data[pos]
+        if byte != previous and byte in _ONE_BYTE:  # an element of another field than the last: no run to find
+            previous, streak = byte, 1
+            width = _ONE_BYTE[byte]
+            stop = pos + 1 + (width or 1)
+            if stop <= end and (width or data[pos + 1] < 0x80):
+                runs = (fixed if width else numbers).setdefault(byte >> 3, [])
+                value = data[pos + 1 : stop] if width else data[pos + 1]
+                if runs and isinstance(runs[-1], list):
+                    runs[-1].append(value)  # type: ignore[arg-type]  # a field's runs hold ints, or bytes
+                else:
+                    runs.append([value])  # type: ignore[list-item]
+                pos = stop
+                continue
         field, wire, pos = tag(data, pos, end)
         if wire == VARINT or wire == FIXED32 or wire == FIXED64:
             streak = streak + 1 if data[start] == previous and pos == start + 1 else 1
