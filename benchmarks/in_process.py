@@ -1,11 +1,14 @@
-"""CPU time of one `simple` request through our own code, in-process: no network, no load generator.
+"""CPU time of one request through our own code, in-process: no network, no load generator.
 
-Two measurements, each the process CPU time of many calls divided by their number:
+Three measurements, each the process CPU time of many calls divided by their number:
 - grpc: what the gRPC server runs of ours per request: ModelInfer's handler as it is registered
   (its deserializer when it has one, the servicer, its serializer when it has one) on the bytes
   perf_analyzer sends;
 - rest: the REST ASGI application (``transcoding.http_app.build_app``, metrics on) answering
-  ``POST /v2/models/simple/infer`` with a JSON body, without uvicorn.
+  ``POST /v2/models/simple/infer`` with a JSON body, without uvicorn;
+- identity: the gRPC handler on a 16 MiB FP32 request to an identity model (ms of CPU a request,
+  every thread: large requests are decoded and encoded on the decode thread pool; the example
+  repository's ``identity_fp32``).
 Each call yields to the event loop once, as a server would between requests. These figures are
 the steadiest on a shared machine; in the running server the same code costs about 1.5-2 times as
 much (caches and branch predictors shared with grpc, uvicorn and the kernel).
@@ -35,6 +38,7 @@ BODY = json.dumps({"inputs": [
     {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
     {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}]}).encode()
 WARM_UP = 2000
+IDENTITY_ELEMENTS = 4 << 20  # 16 MiB of FP32
 
 
 async def _measure(source: Path, requests: int) -> dict[str, float]:
@@ -54,7 +58,7 @@ async def _measure(source: Path, requests: int) -> dict[str, float]:
         from transcoding.rest import build_app
 
     manager = ModelManager([source / "examples" / "model_repository"], 0, lambda: None, ready_when_empty=True)
-    await manager.load_startup_models(["simple"])
+    await manager.load_startup_models(["simple", "identity_fp32"])
     state = ServerState(False)
     state.started = True
     registry = CollectorRegistry()
@@ -78,6 +82,15 @@ async def _measure(source: Path, requests: int) -> dict[str, float]:
     async def grpc_call() -> None:
         serialize(await handler.unary_unary(deserialize(wire), context))
 
+    big = pb.ModelInferRequest(model_name="identity_fp32")
+    big.inputs.add(name="INPUT0", datatype="FP32", shape=[1, IDENTITY_ELEMENTS])
+    big.raw_input_contents.append(np.ones(IDENTITY_ELEMENTS, np.float32).tobytes())
+    big_wire = big.SerializeToString()
+    del big
+
+    async def identity_call() -> None:
+        serialize(await handler.unary_unary(deserialize(big_wire), context))
+
     headers = [(b"host", b"127.0.0.1"), (b"content-length", str(len(BODY)).encode()), (b"accept", b"*/*")]
     statuses: list[object] = []
 
@@ -98,15 +111,17 @@ async def _measure(source: Path, requests: int) -> dict[str, float]:
         await app(scope, receive, send)
 
     results = {}
-    for label, call, count in (("grpc", grpc_call, requests), ("rest", rest_call, max(requests // 2, 1))):
-        for _ in range(WARM_UP):
+    for label, call, count, warm, unit in (("grpc", grpc_call, requests, WARM_UP, 1e6),
+                                           ("rest", rest_call, max(requests // 2, 1), WARM_UP, 1e6),
+                                           ("identity", identity_call, max(requests // 1000, 2), 3, 1e3)):
+        for _ in range(warm):
             await call()
             await asyncio.sleep(0)
         began = time.process_time()
         for _ in range(count):
             await call()
             await asyncio.sleep(0)
-        results[label] = (time.process_time() - began) / count * 1e6
+        results[label] = (time.process_time() - began) / count * unit
     if set(statuses) != {200}:
         raise SystemExit(f"REST answered {sorted(set(statuses))}, not 200")
     return results
@@ -174,12 +189,12 @@ def main() -> None:
     for _ in range(rounds):
         for label, source in sources.items():
             figures[label].append(_round(source, requests))
-    print("| source | gRPC handler, us / request | REST app, us / request |")
-    print("|---|---|---|")
+    print("| source | gRPC handler, us / request | REST app, us / request | gRPC identity 16 MiB, ms / request |")
+    print("|---|---|---|---|")
     for label, values in figures.items():
         cells = [f"{statistics.median(v[path] for v in values):.1f} (rounds: "
-                 f"{', '.join(f'{v[path]:.1f}' for v in values)})" for path in ("grpc", "rest")]
-        print(f"| {label} | {cells[0]} | {cells[1]} |")
+                 f"{', '.join(f'{v[path]:.1f}' for v in values)})" for path in ("grpc", "rest", "identity")]
+        print(f"| {label} | {' | '.join(cells)} |")
 
 
 if __name__ == "__main__":

@@ -40,12 +40,15 @@ def perf_analyzer() -> str:
     sys.exit("perf_analyzer not found: put it on PATH (pip install perf-analyzer) or keep ../shared/tools beside the project")
 
 
-def start_server(repository: Path, log: Path, *extra: str) -> tuple[subprocess.Popen, dict[str, int]]:
+def start_server(repository: Path, log: Path, *extra: str, source: Path | None = None
+                 ) -> tuple[subprocess.Popen, dict[str, int]]:
+    """Our server on free ports, from this checkout or from ``source`` (another checkout, for before/after)."""
     out = open(log, "w")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"} | ({"PYTHONPATH": str(source)} if source is not None else {})
     proc = subprocess.Popen([sys.executable, "-m", "kserve_v2", "serve", "--model-repository", str(repository),
                              "--grpc-address", "127.0.0.1", "--grpc-port", "0", "--http-address", "127.0.0.1",
                              "--http-port", "0", "--metrics-port", "0", *extra], stdout=out, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env=env, cwd=source)
     for _ in range(600):
         text = log.read_text()
         ports = dict(re.findall(r"(gRPC|HTTP) server listening on [^:]+:(\d+)", text))

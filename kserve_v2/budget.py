@@ -3,11 +3,14 @@
 The cost of a request is an estimate of the memory it holds at its peak, made from its declared
 shapes and sizes before anything is decoded (calibrated with ``benchmarks/memory.py``):
 
-- the protobuf message ``MESSAGE_COPIES`` times (the framework's receive buffer, the parsed
-  message, the raw entries read out of it, and the outputs, their bytes and their response,
-  which are not known before the model runs and are taken to be as large as the inputs, as an
-  identity's are), and raw entries kept beside it (REST binary data, views of the body)
-  ``RAW_COPIES`` times (those views, the outputs as arrays and as runtime tensors);
+- a message received over gRPC ``MESSAGE_COPIES`` times: grpc.aio holds it three times while it
+  receives it (its byte buffer, the bytearray it assembles the message in, the bytes it hands
+  over); the tensor data then stays in those bytes (the wire codec's views), and the outputs, not
+  known before the model runs and taken to be as large as the inputs (as an identity's are), are
+  held by ONNX Runtime (whose CPU arena keeps their buffer for later requests), copied once into
+  the response and once more by grpc to send it, while the request is still held; the raw entries
+  of other requests (REST binary data, views of the body) ``RAW_COPIES`` times (the body, the
+  outputs, their send);
 - typed contents once more as arrays, and shared memory ranges (copied out);
 - for BYTES inputs, ``BYTES_ELEMENT_BYTES`` per element (array slots, ONNX Runtime's 32-byte
   ``std::string`` in the input and output tensors), ``BYTES_OBJECT_BYTES`` per element that can
@@ -33,9 +36,10 @@ from kserve_v2.datatypes import BY_V2, BYTES
 from kserve_v2.errors import Overloaded, TooLarge
 
 # Peak RSS growth of a fresh server over one request to an identity model (benchmarks/memory.py): gRPC
-# FP32 7.4-8.0x the message, REST binary FP32 2.0x the body; BYTES: 4,000,000 empty elements 94 bytes each,
-# 1,000,000 x 16 bytes 400 bytes each (20 on the wire), 16,000 x 1 KiB 10x the wire.
-MESSAGE_COPIES = 9
+# FP32 4.4-5.1x the message (3.1x with ONNX Runtime's arena off), REST binary FP32 2.0x the body; BYTES:
+# 4,000,000 empty elements 89 bytes each, 1,000,000 x 16 bytes 357 bytes each (20 on the wire), 16,000 x
+# 1 KiB 8.4x the wire.
+MESSAGE_COPIES = 5
 RAW_COPIES = 3
 BYTES_ELEMENT_BYTES = 120
 BYTES_OBJECT_BYTES = 100

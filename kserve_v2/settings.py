@@ -129,7 +129,7 @@ class Settings:
     allow_http: bool = True
     http_address: str = "0.0.0.0"
     http_port: int = 8000
-    max_request_decoded_bytes: int = 3 * 2**30  # a gRPC tensor of ~350 MB (kserve_v2.budget counts its copies)
+    max_request_decoded_bytes: int = 3 * 2**30  # a gRPC tensor of ~640 MB (kserve_v2.budget counts its copies)
     request_memory_pool_bytes: int = 4 * 2**30
     allow_metrics: bool = True
     allow_client_shm: bool = False

@@ -66,7 +66,7 @@ def test_memory_harness_prints_its_table() -> None:
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and not line.startswith("| case")]
-    assert len(rows) == 7 and all(("| OK |" in row or "| HTTP 200 |" in row) and "x |" in row for row in rows), done.stdout
+    assert len(rows) == 8 and all(("| OK |" in row or "| HTTP 200 |" in row) and "x |" in row for row in rows), done.stdout
 
 
 def test_cpu_per_request_harness_prints_its_table() -> None:
@@ -85,12 +85,14 @@ def test_cpu_per_request_harness_prints_its_table() -> None:
 
 def test_in_process_harness_prints_its_table() -> None:
     """benchmarks/in_process.py --smoke: the gRPC handler's and the REST application's CPU per request,
-    from real calls on the example `simple` model (the REST app must have answered 200)."""
+    from real calls on the example `simple` model (the REST app must have answered 200), and the gRPC
+    handler's on a 16 MiB identity request."""
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "in_process.py"), "--smoke"], capture_output=True,
                           text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in done.stdout.splitlines()
             if line.startswith("| this checkout")]
     assert len(rows) == 1, done.stdout
-    _, grpc_us, rest_us = rows[0]
+    _, grpc_us, rest_us, identity_ms = rows[0]
     assert float(grpc_us.split(" (")[0]) > 0 and float(rest_us.split(" (")[0]) > 0
+    assert float(identity_ms.split(" (")[0]) > 0

@@ -39,8 +39,8 @@ def server(tmp_path_factory):
     for name, config in CONFIGS.items():
         add_model(repository, name, SLOW, config)
     add_model(repository, "slow_queue", SLOW, QUEUE_OF_ONE)
-    running = start_server(repository, tmp_path_factory.mktemp("logs"), "--max-request-decoded-bytes", "40000000",
-                           "--request-memory-pool-bytes", "45000000")
+    running = start_server(repository, tmp_path_factory.mktemp("logs"), "--max-request-decoded-bytes", "25000000",
+                           "--request-memory-pool-bytes", "30000000")
     yield running
     assert running.stop() == 0
 
@@ -81,7 +81,7 @@ def test_an_expired_request_leaves_the_batch_queue_at_once(server) -> None:
 
 
 def test_the_request_memory_pool_refuses_what_does_not_fit(server) -> None:
-    """45 MB pool: while a 4 MB gRPC request runs (costed 9 times its message: ~38 MB), a second one,
+    """30 MB pool: while a 4 MB gRPC request runs (costed 5 times its message: ~21 MB), a second one,
     or a 4 MB REST one (3 times its binary data: ~12.6 MB), is UNAVAILABLE (503 + Retry-After over
     HTTP, as a full queue); a small one still runs."""
     client = grpcclient.InferenceServerClient(server.url)
@@ -101,7 +101,7 @@ def test_the_request_memory_pool_refuses_what_does_not_fit(server) -> None:
         urllib.request.urlopen(request, timeout=30)
     assert refused.value.code == 503 and refused.value.headers["Retry-After"] == "1"
     assert client.infer("slow", _input(1), client_timeout=30).as_numpy("OUTPUT0").shape == (1, 512)
-    with pytest.raises(InferenceServerException) as err:  # over the 40 MB per-request limit, whatever runs
+    with pytest.raises(InferenceServerException) as err:  # over the 25 MB per-request limit, whatever runs
         client.infer("slow", _input(4096), client_timeout=30)
     assert err.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
 

@@ -130,8 +130,8 @@ def test_a_bytes_flood_does_not_stall_rest(server) -> None:
 
 
 def test_a_request_over_the_memory_limit_is_resource_exhausted(server) -> None:
-    """1,500,000 BYTES elements cost ~240 MB decoded, over the 200 MiB limit this server runs with."""
-    count = 1_500_000
+    """2,000,000 BYTES elements cost ~280 MB decoded, over the 200 MiB limit this server runs with."""
+    count = 2_000_000
     tensor = grpcclient.InferInput("INPUT0", [count], "BYTES")
     tensor.set_data_from_numpy(np.array([b""] * count, dtype=object))
     with pytest.raises(InferenceServerException) as err:
