@@ -147,19 +147,6 @@ def detached(response: InferResponse) -> InferResponse:
                          response.outputs, [bytes(raw) for raw in response.raw_output_contents])
 
 
-def json_elements(response: InferResponse, parsed: HttpInfer) -> tuple[int, int]:
-    """(elements of the outputs going back as JSON, BYTES elements among them): what rendering them costs."""
-    elements = texts = 0
-    if parsed.all_binary:
-        return 0, 0
-    for tensor in response.outputs:
-        if tensor.name not in parsed.binary_outputs and "shared_memory_region" not in tensor.parameters:
-            count = math.prod(tensor.shape)
-            elements += count
-            if tensor.datatype == BYTES.v2:
-                texts += count
-    return elements, texts
-
 
 def load_json(data: bytes | memoryview) -> Any:
     """Parse JSON, refusing nesting deeper than 100 (Triton's limit).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -22,15 +23,15 @@ from starlette.routing import BaseRoute, Route
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput
-from kserve_v2.codec.messages import Buffer, InferRequest, RequestHeader
+from kserve_v2.codec.messages import Buffer, InferRequest, InferResponse, RequestHeader
 from kserve_v2.offload import is_heavy
 from kserve_v2.service import InferenceService
 from transcoding.http_body import compressed, header_values, read_body
 from transcoding.http_routes import Handler, guarded
 from transcoding.http_status import error_response
 from transcoding.json_pb import message_to_json
-from transcoding.json_tensors import (HttpInfer, detached, json_elements, load_json, parse_detached,
-                                     parse_infer_request, render_detached, render_infer_response)
+from transcoding.json_tensors import (HttpInfer, detached, load_json, parse_detached, parse_infer_request,
+                                     render_detached, render_infer_response)
 from transcoding.raw_binary import raw_binary_request
 from transcoding.timing import timing_headers
 from transcoding.triton_extensions import extension_routes
@@ -132,7 +133,7 @@ class V2Routes:
         response, report = await service.model_infer_reported(parsed.request, carrier)
         content: Sequence[Buffer]  # the JSON, then the binary outputs
         json_length: int | None
-        elements, texts = json_elements(response, parsed)
+        elements, texts = _json_elements(response, parsed)
         offload = service.offload
         if is_heavy(elements * 4):  # the JSON writer holds the GIL throughout: a worker process
             content, json_length = await offload.in_process(render_detached, detached(response),
@@ -234,6 +235,20 @@ def _path(request: Request) -> tuple[str, str]:
 def _health(body: dict[str, Any], key: str) -> Response:
     """200 with the JSON body when true, 400 when false (V2: 4xx means false; KServe clients read the body)."""
     return JSONResponse(body, status_code=200 if body[key] else 400)
+
+
+def _json_elements(response: InferResponse, parsed: HttpInfer) -> tuple[int, int]:
+    """(elements of the outputs going back as JSON, BYTES elements among them): what rendering them costs."""
+    elements = texts = 0
+    if parsed.all_binary:
+        return 0, 0
+    for tensor in response.outputs:
+        if tensor.name not in parsed.binary_outputs and "shared_memory_region" not in tensor.parameters:
+            count = math.prod(tensor.shape)
+            elements += count
+            if tensor.datatype == "BYTES":
+                texts += count
+    return elements, texts
 
 
 def _header_length(value: str | None) -> int | None:
