@@ -5,8 +5,9 @@ tensor data.
 becomes a ``memoryview`` slice of the received buffer, ``id`` is read, and everything else (model
 name and version, parameters, inputs, requested outputs) is the request's *header*. A client sends
 the same header again and again (only the data and the id change), so headers are kept by their
-bytes (at most ``MAX_HEADERS``, each under ``MAX_HEADER_BYTES``): a header seen before is not
-decoded again, and validation keeps what it derives from it on the header (``RequestHeader.memo``).
+bytes (at most ``MAX_HEADERS``, each under ``MAX_HEADER_BYTES`` and without typed contents, which
+are data): a header seen before is not decoded again, and validation keeps what it derives from it
+on the header (``RequestHeader.memo``).
 
 The result is what upb (the ``protobuf`` package's parser) gives for the same bytes, field by field,
 and the bytes upb refuses are refused (``WireError``): ``tests/unit/test_codec_differential.py``
@@ -29,7 +30,7 @@ from kserve_v2.codec.messages import (
 from kserve_v2.codec.wire import FIXED64, LENGTH, VARINT, WireError, length, skip, tag, text, varint, varints
 
 MAX_HEADERS = 1024
-MAX_HEADER_BYTES = 16 << 10
+MAX_HEADER_BYTES = 4 << 10
 _SIGN = 1 << 63
 _DOUBLE = struct.Struct("<d")
 _headers: dict[bytes, RequestHeader] = {}
@@ -84,7 +85,8 @@ def decode_request(data: bytes) -> InferRequest:
     header = _headers.get(described)
     if header is None:
         header = _header(described)
-        if len(described) <= MAX_HEADER_BYTES:
+        # typed contents are data, new with every request: such a header is not kept
+        if len(described) <= MAX_HEADER_BYTES and all(tensor.contents is None for tensor in header.inputs):
             if len(_headers) >= MAX_HEADERS:
                 _headers.clear()
             _headers[described] = header

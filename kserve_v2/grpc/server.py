@@ -11,14 +11,14 @@ from kserve_v2._proto import grpc_service_pb2_grpc as pb_grpc
 from kserve_v2.grpc.access import RestrictedProtocolInterceptor
 from kserve_v2.grpc.health import DrainingHealthServicer
 from kserve_v2.grpc.registration import CheckedRegistration
-from kserve_v2.grpc.servicer import RAW_METHODS, Servicer
+from kserve_v2.grpc.servicer import RAW_METHODS, SERVICE, Servicer
 from kserve_v2.restrictions import parse_restrictions
 from kserve_v2.service import InferenceService
 from kserve_v2.settings import Settings, TlsSettings
 
 # Triton's limit both ways (INT32_MAX): tritonclient sends and accepts messages up to 2 GiB - 1.
 MAX_MESSAGE_BYTES = 2**31 - 1
-SERVICE_NAME = "inference.GRPCInferenceService"
+SERVICE_NAME = SERVICE
 
 
 def build_server(service: InferenceService, settings: Settings

@@ -91,3 +91,14 @@ def test_parameters_take_the_field_protobuf_would_pick() -> None:
     assert parameter(2**63) == InferParameter("uint64_param", 2**63)
     assert parameter(0.5) == InferParameter("double_param", 0.5)
     assert parameter("a") == InferParameter("string_param", "a")
+
+
+def test_headers_with_typed_contents_are_not_kept() -> None:
+    """Typed contents are data, new with every request: keeping such headers would only hold memory."""
+    codec_requests._headers.clear()
+    message = pb.ModelInferRequest(model_name="m")
+    message.inputs.add(name="x", datatype="INT64", shape=[3]).contents.int64_contents.extend([1, 2, 3])
+    first, second = decode_request(message.SerializeToString()), decode_request(message.SerializeToString())
+    assert first.header is not second.header and not codec_requests._headers
+    assert second.inputs[0].contents is not None
+    assert second.inputs[0].contents.fields["int64_contents"].tolist() == [1, 2, 3]
