@@ -20,7 +20,7 @@ import uvicorn
 
 from ceiling_grpc import configs, metadata  # sibling module
 from kserve_v2._proto import grpc_service_pb2 as pb
-from transcoding.json_pb import message_to_json
+from kserve_v2.json_pb import message_to_json
 
 JSON = [(b"content-type", b"application/json")]
 

@@ -23,13 +23,13 @@ from starlette.routing import BaseRoute, Route
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput
+from kserve_v2.json_pb import message_to_json
 from kserve_v2.codec.messages import Buffer, InferRequest, InferResponse, RequestHeader
 from kserve_v2.offload import is_heavy
 from kserve_v2.service import InferenceService
 from transcoding.http_body import compressed, header_values, read_body
 from transcoding.http_routes import Handler, guarded
 from transcoding.http_status import error_response
-from transcoding.json_pb import message_to_json
 from transcoding.json_tensors import (HttpInfer, detached, load_json, parse_detached, parse_infer_request,
                                      render_detached, render_infer_response)
 from transcoding.raw_binary import raw_binary_request
