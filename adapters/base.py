@@ -30,7 +30,7 @@ from adapters.batching import TextBatching
 from adapters.inputs import flag_parameter, string_parameter, texts, with_instruction
 from adapters.tokenizer import TOKEN_COLUMNS, Batch, TextTokenizer
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import Execution, Parameter
+from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext
 from kserve_v2.datatypes import BY_V2, BYTES
 from kserve_v2.errors import InvalidInput
 from kserve_v2.runtime.onnx import open_session
@@ -73,6 +73,7 @@ class TextAdapter(Generic[P]):
     """
 
     batchable = False
+    threaded = False
     inputs: tuple[TensorDeclaration, ...]
     outputs: tuple[TensorDeclaration, ...]
     text: TextContract
@@ -157,10 +158,13 @@ class TextAdapter(Generic[P]):
         return Prepared(self.tokenizer.whole(items, flag_parameter(parameters, "add_special_tokens", True)), items)
 
     def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                parameters: Mapping[str, Parameter]) -> Execution:
-        """Run one request; its outputs in the requested order."""
+                parameters: Mapping[str, Parameter], context: RequestContext = NO_CONTEXT) -> Execution:
+        """Run one request; its outputs in the requested order (its context does not concern text models)."""
         computed, prepared, pre_ns, post_ns = self.run_steps(feeds, set(output_names), parameters)
         return Execution([computed[name] for name in output_names], pre_ns, post_ns, prepared.batch.tokens)
+
+    def close(self) -> None:
+        """Nothing to do: the tokenizer and the session go with the last reference to the model."""
 
     # ---- helpers of the pre-processing step ----
 

@@ -18,7 +18,7 @@ import numpy as np
 from adapters.inputs import string_parameter
 from adapters.tokenizer import OVERFLOW_POLICIES, Batch, TextTokenizer
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import Execution, Parameter
+from kserve_v2.backend import Execution, Parameter, RequestContext
 from kserve_v2.errors import InvalidInput, ServerError
 from kserve_v2.text import TextContract
 
@@ -85,7 +85,8 @@ class TextBatching:
         return tuple(output_names), tuple(sorted((k, str(v)) for k, v in parameters.items())), others
 
     def execute_batch(self, members: list[dict[str, np.ndarray]], output_names: Sequence[str],
-                      parameters: Mapping[str, Parameter]) -> list[Execution | Exception]:
+                      parameters: Mapping[str, Parameter], contexts: Sequence[RequestContext] = ()
+                      ) -> list[Execution | Exception]:
         """Tokenize every member's texts as one batch (padded to its longest), run once, split back.
 
         Each member's texts, and its lengths under the ``error`` overflow policy, are checked

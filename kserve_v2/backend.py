@@ -5,13 +5,18 @@ built in (``kserve_v2.runtime.onnx``: the graph's tensors are the model's V2 int
 backends (the text adapters in ``adapters/``) are found through the ``kserve_v2.backends``
 entry-point group; each entry point names a ``Backend`` (its opener, and what its models offer).
 The built-in one is found the same way, by its module's name, so this interface imports no
-backend: neither ONNX Runtime nor the adapters.
+backend: neither ONNX Runtime nor the adapters. ``python`` (Triton's python backend,
+``kserve_v2.runtime.python_backend``) is built in the same way.
+
+Each request reaches its backend as its feeds, output names and parameters, and its
+``RequestContext``: its ``id``, the models whose executions wait for it (business logic
+scripting), and, for a decoupled model, the ``ResponseStream`` its responses go to.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Protocol
@@ -19,13 +24,17 @@ from typing import Protocol
 import numpy as np
 
 from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.decoupled import ResponseStream
+from kserve_v2.local_calls import LocalCalls
 from kserve_v2.spec import TensorDeclaration
 from kserve_v2.text import OutputKind, TextContract
 
 ONNXRUNTIME = "onnxruntime"
+PYTHON = "python"
 ENTRY_POINT_GROUP = "kserve_v2.backends"
-# the built-in backend, found as an installed one is
-_BUILT_IN = EntryPoint(ONNXRUNTIME, "kserve_v2.runtime.onnx:BACKEND", ENTRY_POINT_GROUP)
+# the built-in backends, found as installed ones are
+_BUILT_IN = {ONNXRUNTIME: EntryPoint(ONNXRUNTIME, "kserve_v2.runtime.onnx:BACKEND", ENTRY_POINT_GROUP),
+             PYTHON: EntryPoint(PYTHON, "kserve_v2.runtime.python_backend:BACKEND", ENTRY_POINT_GROUP)}
 # A request parameter's value, as the V2 protocol carries it
 Parameter = bool | int | float | str
 
@@ -55,6 +64,34 @@ class Execution:
     parameters: dict[str, Parameter] | None = None
 
 
+@dataclass(slots=True, eq=False)
+class RequestContext:
+    """One request as its backend may see it beyond its tensors (what Triton's backend API reads
+    of ``TRITONBACKEND_Request`` besides inputs and parameters).
+
+    Attributes:
+        id: the V2 request ``id`` ("" when it has none).
+        callers: the models whose executions sent this request and wait for it, outermost first
+            (business logic scripting, ``kserve_v2.local_calls``); empty for a client's request.
+        responses: where a decoupled model sends this request's responses (``model_transaction_policy
+            { decoupled: true }``, ``kserve_v2.decoupled``); None for a request answered once.
+        calls: the server's inference calls, for model code that sends requests of its own (business
+            logic scripting); None where the request did not come through the service.
+        parameters: the request's own parameters (a scheduler hands a batch the parameters of its
+            first member; where members may differ, as under the sequence batcher, these are each one's).
+    """
+
+    id: str = ""
+    callers: tuple[str, ...] = ()
+    responses: ResponseStream | None = None
+    calls: LocalCalls | None = None
+    parameters: Mapping[str, Parameter] = field(default_factory=dict)
+
+
+# the context of a request that has none of its own (padding rows, tests)
+NO_CONTEXT = RequestContext()
+
+
 class Executable(Protocol):
     """One loaded version as its backend runs it.
 
@@ -63,6 +100,9 @@ class Executable(Protocol):
             auto-complete and validate ``config.pbtxt``.
         on_cuda: whether it runs on the CUDA execution provider.
         batchable: whether auto-complete may turn on batching (``max_batch_size``).
+        threaded: whether its executions always run on an instance thread: they may wait (on
+            other requests, on time) longer than their CPU time shows, so they never run inline on
+            the event loop (``InstancePool.runs_inline``).
         batching: how the dynamic batcher merges its requests; None: tensor batching, rows along
             dim 0 (``max_batch_size > 0``; ``batching.RowBatching``).
         text: what it takes and gives as a text model (``kserve_v2.text``); None for a tensor model.
@@ -72,6 +112,7 @@ class Executable(Protocol):
     outputs: tuple[TensorDeclaration, ...]
     on_cuda: bool
     batchable: bool
+    threaded: bool
 
     @property
     def batching(self) -> BatchStrategy | None: ...
@@ -80,8 +121,16 @@ class Executable(Protocol):
     def text(self) -> TextContract | None: ...
 
     def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                parameters: Mapping[str, Parameter]) -> Execution:
-        """Run one request (blocking, off the event loop); errors are ``ServerError``s or ORT's."""
+                parameters: Mapping[str, Parameter], context: RequestContext = NO_CONTEXT) -> Execution:
+        """Run one request (blocking, off the event loop); errors are ``ServerError``s or ORT's.
+
+        A backend that sends the request's responses to ``context.responses`` itself takes the
+        stream (``ResponseStream.take``); otherwise the returned execution is its one response.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release what the executable holds, once no execution runs (blocking; unload)."""
         ...
 
 
@@ -109,8 +158,10 @@ class BatchStrategy(Protocol):
         ...
 
     def execute_batch(self, members: list[dict[str, np.ndarray]], output_names: Sequence[str],
-                      parameters: Mapping[str, Parameter]) -> list[Execution | Exception]:
-        """Run several requests as one execution (blocking); one execution, or the member's own error, per member."""
+                      parameters: Mapping[str, Parameter], contexts: Sequence[RequestContext] = ()
+                      ) -> list[Execution | Exception]:
+        """Run several requests as one execution (blocking); one execution, or the member's own error, per
+        member. ``contexts``: the members' contexts, in order (empty: none of them has one)."""
         ...
 
 
@@ -138,7 +189,8 @@ def find(name: str) -> Backend | None:
     Raises:
         TypeError: the entry point names something that is not a ``Backend``.
     """
-    for entry in (_BUILT_IN,) if name == ONNXRUNTIME else entry_points(group=ENTRY_POINT_GROUP, name=name):
+    built_in = _BUILT_IN.get(name)
+    for entry in (built_in,) if built_in is not None else entry_points(group=ENTRY_POINT_GROUP, name=name):
         found = entry.load()
         if not isinstance(found, Backend):
             raise TypeError(f"entry point '{name}' of {ENTRY_POINT_GROUP} must name a kserve_v2.backend.Backend")
@@ -148,4 +200,4 @@ def find(name: str) -> Backend | None:
 
 def names() -> list[str]:
     """Every backend this installation can run."""
-    return sorted({ONNXRUNTIME, *(e.name for e in entry_points(group=ENTRY_POINT_GROUP))})
+    return sorted({*_BUILT_IN, *(e.name for e in entry_points(group=ENTRY_POINT_GROUP))})

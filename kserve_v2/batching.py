@@ -29,7 +29,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 import numpy as np
 
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import BatchStrategy, Executable, Execution, Parameter
+from kserve_v2.backend import NO_CONTEXT, BatchStrategy, Executable, Execution, Parameter, RequestContext
 from kserve_v2.errors import InternalError, Overloaded, Unavailable
 from kserve_v2.instances import InstancePool, nbytes
 from kserve_v2.scheduling import Execute, Feeds, Key, Outcome, Pending, fail_pending, model_time
@@ -76,7 +76,7 @@ class DynamicBatcher:
         self._running: set[asyncio.Task[None]] = set()
 
     async def submit(self, feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter],
-                     batch_size: int) -> Outcome:
+                     batch_size: int, context: RequestContext = NO_CONTEXT) -> Outcome:
         """Queue one request and wait for its share of a batch: (execution, queue_ns, infer_ns), as
         ``Scheduler.submit``; or run it here and now (the fast path, see the module docstring).
 
@@ -88,7 +88,8 @@ class DynamicBatcher:
         fast = self._fast
         if fast is not None and self.forms_batch_of_one() and fast.runs_inline(nbytes(feeds)):
             executable = fast.executable
-            execution, started, finished = fast.inline(lambda: executable.execute(feeds, output_names, parameters))
+            execution, started, finished = fast.inline(lambda: executable.execute(feeds, output_names, parameters,
+                                                                                  context))
             return execution, 0, model_time(execution, started, finished)
         if self._max_queue and len(self._queue) >= self._max_queue:
             raise Overloaded("Exceeds maximum queue size")
@@ -97,7 +98,8 @@ class DynamicBatcher:
         if self._items is not None:
             batch_size = self._items(feeds, batch_size)
         request = Pending(feeds, output_names, parameters, self._key(feeds, output_names, parameters),
-                          time.perf_counter_ns(), asyncio.get_running_loop().create_future(), batch_size)
+                          time.perf_counter_ns(), asyncio.get_running_loop().create_future(), batch_size,
+                          context=context)
         self._queue.append(request)
         self._arrived.set()
         expiry = (asyncio.get_running_loop().call_later(self._timeout_ns / 1e9, self._expire, request)
@@ -200,7 +202,7 @@ class DynamicBatcher:
             if not live:
                 return
             execution = asyncio.ensure_future(self._execute([r.feeds for r in live], live[0].output_names,
-                                                            live[0].parameters))
+                                                            live[0].parameters, [r.context for r in live]))
 
             def member_done(_: asyncio.Future[Outcome]) -> None:
                 if all(r.future.done() for r in live):
@@ -267,10 +269,10 @@ def batch_executor(pool: InstancePool, strategy: BatchStrategy) -> Execute:
     says, on one of ``pool``'s instances; each share counts the execution's whole size (its
     statistics' ``batch_stats`` row)."""
 
-    async def execute(members: list[Feeds], output_names: Sequence[str], parameters: Mapping[str, Parameter]
-                      ) -> tuple[list[Execution | Exception], int, int]:
+    async def execute(members: list[Feeds], output_names: Sequence[str], parameters: Mapping[str, Parameter],
+                      contexts: Sequence[RequestContext]) -> tuple[list[Execution | Exception], int, int]:
         def merged() -> list[Execution | Exception]:
-            shares = strategy.execute_batch(members, output_names, parameters)
+            shares = strategy.execute_batch(members, output_names, parameters, contexts)
             size = sum(strategy.items(m, len(next(iter(m.values())))) for m in members)
             for share in shares:  # statistics count the execution by its real batch size
                 if isinstance(share, Execution):
@@ -303,8 +305,9 @@ class RowBatching:
         """Same outputs, parameters and non-batch input shapes (``row_key``)."""
         return row_key(feeds, output_names, parameters)
 
-    def execute_batch(self, members: list[Feeds], output_names: Sequence[str],
-                      parameters: Mapping[str, Parameter]) -> list[Execution | Exception]:
-        """Merge the rows, execute once, and give each member its own rows back."""
+    def execute_batch(self, members: list[Feeds], output_names: Sequence[str], parameters: Mapping[str, Parameter],
+                      contexts: Sequence[RequestContext] = ()) -> list[Execution | Exception]:
+        """Merge the rows, execute once, and give each member its own rows back (tensor models take
+        no request context)."""
         sizes = [len(next(iter(m.values()))) for m in members]
         return list(split_rows(self._executable.execute(merge_rows(members), output_names, parameters), sizes))

@@ -20,7 +20,7 @@ import numpy as np
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import Execution, Parameter
+from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext
 from kserve_v2.ensemble import Step, StepRunner, needed_steps, reshape_between
 from kserve_v2.errors import InvalidInput
 from kserve_v2.responses import set_parameter
@@ -48,9 +48,10 @@ class EnsembleScheduler:
         self._needed: dict[frozenset[str], tuple[Step, ...]] = {}
 
     async def submit(self, feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter],
-                     batch_size: int) -> Outcome:
+                     batch_size: int, context: RequestContext = NO_CONTEXT) -> Outcome:
         """Run the steps the requested outputs need, each as its inputs become ready:
-        (execution, 0 queue ns, elapsed ns), as ``Scheduler.submit``.
+        (execution, 0 queue ns, elapsed ns), as ``Scheduler.submit``. The steps are requests of
+        their own, sent in this request's task: they have its callers (``kserve_v2.local_calls``).
 
         Raises:
             InvalidInput: an omitted optional ensemble input that a step needs -> INVALID_ARGUMENT.

@@ -6,6 +6,8 @@ whose inputs are small and whose version has been measured to take microseconds 
 event loop itself: handing it to a thread and back costs more than the work (two thread wake-ups
 and a loop wake-up per request). Cancelling a caller drops thread work that has not started and
 tells running work to stop (``kserve_v2.cancellation``: ONNX Runtime terminates between nodes).
+An executable that is ``threaded`` (its executions may wait on other requests, as python models
+do) always runs on its threads.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ class InstancePool:
         self.count = count
         self.executable = executable
         self._running = 0  # executions in progress (inline or on a thread)
-        self._cost_ns = _UNMEASURED  # moving average of an execution's thread CPU time
+        self._cost_ns = _UNMEASURED  # moving average of an execution's thread CPU time (never for threaded ones)
+        self._measured = not executable.threaded
         self._executor = ThreadPoolExecutor(max_workers=count, thread_name_prefix=f"ort-{name}-{version}")
 
     def runs_inline(self, input_bytes: int) -> bool:
@@ -104,9 +107,10 @@ class InstancePool:
         try:
             result = work()
         finally:
-            cpu = time.thread_time_ns() - cpu
-            cost = self._cost_ns
-            self._cost_ns = cpu if cost == _UNMEASURED else 0.8 * cost + 0.2 * cpu
+            if self._measured:
+                cpu = time.thread_time_ns() - cpu
+                cost = self._cost_ns
+                self._cost_ns = cpu if cost == _UNMEASURED else 0.8 * cost + 0.2 * cpu
         return result, started, time.perf_counter_ns()
 
     def _done(self) -> None:
@@ -115,6 +119,7 @@ class InstancePool:
     def close(self) -> None:
         """Wait for running executions and release the backend (blocking)."""
         self._executor.shutdown(wait=True)
+        self.executable.close()
         del self.executable
 
 

@@ -40,6 +40,8 @@ class ModelVersion:
         scheduler: runs the version's requests.
         text: the text contract of its backend (``kserve_v2.text``); None for a tensor model.
         on_gpu: whether it runs on the CUDA execution provider.
+        decoupled: whether it may answer a request with zero or many responses
+            (``model_transaction_policy { decoupled: true }``, ``kserve_v2.decoupled``).
     """
 
     def __init__(self, name: str, version: int, config: mc.ModelConfig, scheduler: Scheduler,
@@ -55,6 +57,7 @@ class ModelVersion:
         self.scheduler = scheduler
         self.text = text
         self.on_gpu = on_gpu
+        self.decoupled = config.model_transaction_policy.decoupled
         self._idle = asyncio.Event()
         self._idle.set()
 

@@ -22,15 +22,16 @@ from typing import Protocol
 
 import numpy as np
 
-from kserve_v2.backend import Execution, Parameter
+from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext
 from kserve_v2.errors import Unavailable
 from kserve_v2.instances import InstancePool, nbytes
 
 Feeds = dict[str, np.ndarray]
 # (execution, queue_ns, infer_ns): what a scheduler answers a request with
 Outcome = tuple[Execution, int, int]
-# (members' feeds, output names, parameters) -> (one execution or error per member, started_ns, finished_ns)
-Execute = Callable[[list[Feeds], Sequence[str], Mapping[str, Parameter]],
+# (members' feeds, output names, parameters, members' contexts) -> (one execution or error per member,
+# started_ns, finished_ns)
+Execute = Callable[[list[Feeds], Sequence[str], Mapping[str, Parameter], Sequence[RequestContext]],
                    Awaitable[tuple[list[Execution | Exception], int, int]]]
 # (feeds, output names, parameters) -> requests with equal keys may share a batch
 Key = Callable[[Feeds, Sequence[str], Mapping[str, Parameter]], Hashable]
@@ -41,7 +42,7 @@ class Scheduler(Protocol):
     """How one loaded version runs its requests."""
 
     async def submit(self, feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter],
-                     batch_size: int) -> Outcome:
+                     batch_size: int, context: RequestContext = NO_CONTEXT) -> Outcome:
         """Run one decoded request and wait for its result.
 
         Args:
@@ -49,6 +50,7 @@ class Scheduler(Protocol):
             output_names: outputs to return, in order.
             parameters: the request's parameters, for backends that take options.
             batch_size: the request's batch size (its share of a merged batch).
+            context: the request's id, callers and response stream, for its backend.
 
         Returns:
             (execution, queue_ns, infer_ns): queue_ns is the wait for a batch and a free instance;
@@ -80,6 +82,7 @@ class Pending:
         future: its outcome; cancelled when its caller goes away.
         batch_size: its size in the batch limit (the dynamic batcher's).
         start, end: its sequence flags (the sequence batcher's).
+        context: its id, callers and response stream, for the backend.
     """
 
     feeds: Feeds
@@ -91,6 +94,7 @@ class Pending:
     batch_size: int = 1
     start: bool = False
     end: bool = False
+    context: RequestContext = NO_CONTEXT
 
 
 def fail_pending(requests: Iterable[Pending], error: BaseException | None = None) -> None:
@@ -121,16 +125,17 @@ class DirectScheduler:
         self._pool = pool
 
     async def submit(self, feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter],
-                     batch_size: int) -> Outcome:
+                     batch_size: int, context: RequestContext = NO_CONTEXT) -> Outcome:
         """See ``Scheduler.submit``."""
         pool, size = self._pool, nbytes(feeds)
         executable = pool.executable
         if pool.runs_inline(size):
-            execution, started, finished = pool.inline(lambda: executable.execute(feeds, output_names, parameters))
+            execution, started, finished = pool.inline(lambda: executable.execute(feeds, output_names, parameters,
+                                                                                  context))
             return execution, 0, model_time(execution, started, finished)
         submitted = time.perf_counter_ns()
-        execution, started, finished = await pool.run(lambda: executable.execute(feeds, output_names, parameters),
-                                                      size)
+        execution, started, finished = await pool.run(
+            lambda: executable.execute(feeds, output_names, parameters, context), size)
         return execution, started - submitted, model_time(execution, started, finished)
 
     def stop(self) -> None:

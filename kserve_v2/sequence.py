@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kserve_v2.backend import Execution, Parameter
+from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext
 from kserve_v2.batching import row_key
 from kserve_v2.errors import InternalError, InvalidInput
 from kserve_v2.instances import InstancePool
@@ -100,7 +100,7 @@ class SequenceBatcher:
         return sum(lane.load() for lane in self._lanes)
 
     async def submit(self, feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter],
-                     batch_size: int) -> Outcome:
+                     batch_size: int, context: RequestContext = NO_CONTEXT) -> Outcome:
         """Queue one request of a sequence and wait for its row of an execution: (execution, queue_ns,
         infer_ns), as ``Scheduler.submit``.
 
@@ -125,7 +125,7 @@ class SequenceBatcher:
         now = time.perf_counter_ns()
         loop = asyncio.get_running_loop()
         request = Pending(feeds, output_names, parameters, row_key(feeds, output_names, parameters), now,
-                          loop.create_future(), start=start, end=end)
+                          loop.create_future(), start=start, end=end, context=context)
         sequence.pending.append(request)
         sequence.last_ns = now
         if end:
@@ -254,7 +254,9 @@ class SequenceBatcher:
         members = [self._feeds(row, first.feeds) for row in rows]
         names = list(first.output_names)
         try:
-            shares, started, finished = await self._execute(members, names + settings.state_outputs, first.parameters)
+            contexts = [NO_CONTEXT if row is None else row[1].context for row in rows]  # padding rows have none
+            shares, started, finished = await self._execute(members, names + settings.state_outputs, first.parameters,
+                                                            contexts)
         except asyncio.CancelledError:
             fail_pending(request for _, request in real)
             raise

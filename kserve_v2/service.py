@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import nullcontext
 from dataclasses import replace
 
@@ -22,13 +22,16 @@ import numpy as np
 from kserve_v2 import __version__
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.backend import RequestContext
 from kserve_v2.budget import MemoryBudget, request_cost
 from kserve_v2.codec.generated import request_from_message, response_to_message
 from kserve_v2.codec.messages import InferRequest, InferResponse
-from kserve_v2.errors import ErrorCode, InternalError, ServerError
+from kserve_v2.decoupled import ResponseStream, Streamed
+from kserve_v2.errors import ErrorCode, InternalError, ServerError, Unsupported
 from kserve_v2.extensions import TritonExtensions
 from kserve_v2.inference import decode_request
 from kserve_v2.lifecycle import ModelLifecycle
+from kserve_v2.local_calls import CALLERS, LocalCalls, check_callers
 from kserve_v2.log_settings import LogSettings
 from kserve_v2.metrics import V2_API, InferenceMetrics
 from kserve_v2.model import ModelVersion
@@ -37,6 +40,7 @@ from kserve_v2.responses import encode_response
 from kserve_v2.settings import Settings
 from kserve_v2.shared_memory import SharedMemoryRegistry
 from kserve_v2.statistics import RequestReport
+from kserve_v2.streaming import stream_responses
 from kserve_v2.text_models import TextModels
 from kserve_v2.trace_config import TraceConfig
 from kserve_v2.tracing import RequestTrace, Tracing
@@ -47,6 +51,8 @@ log = logging.getLogger(__name__)
 EXTENSIONS = ("classification", "model_repository", "model_repository(unload_dependents)", "model_configuration",
               "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "sequence", "trace", "logging")
 SHM_EXTENSION = "system_shared_memory"
+# Triton's text for a request answered once to a model that may answer many times (``infer_handler.cc``)
+DECOUPLED_ONCE = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 _UNRESERVED = nullcontext()
 
 
@@ -103,6 +109,7 @@ class InferenceService:
                                            logs or LogSettings(0))
         self.text = TextModels(manager, self.run_version)
         manager.step_runner = self.model_infer  # ensemble steps go through the one inference call
+        self.calls = LocalCalls(self.model_infer_reported, self.model_stream)  # and so do the requests model code sends
 
     # ---- health and metadata -------------------------------------------------------------
 
@@ -243,6 +250,35 @@ class InferenceService:
         with self._tracing.request("ModelInfer", carrier or {}, request.model_name) as traced:
             return await self._traced(traced, request, model, api, raw_outputs, wire_bytes)
 
+    async def model_stream(self, request: InferRequest, wire_bytes: int | None = None
+                           ) -> AsyncGenerator[Streamed, None]:
+        """Every response to one request as it is sent (ModelStreamInfer, the generate routes, business
+        logic scripting): one for a model answered once (``run_version``'s); zero, one or many, the last
+        final, for a decoupled model (``kserve_v2.decoupled``, ``kserve_v2.streaming``; not traced).
+        ``wire_bytes``: as for ``model_infer_reported``.
+
+        Raises:
+            As ``model_infer_reported``, for a request that fails before its model responded; a
+            decoupled model's later failures are responses (``Streamed.error``).
+        """
+        model = self._manager.acquire_version(request.model_name, request.model_version)
+        if not model.decoupled:
+            try:
+                response, _ = await self.run_version(model, request, wire_bytes=wire_bytes)
+            finally:
+                model.release()
+            yield Streamed(response, None, True)
+            return
+
+        async def run(stream: ResponseStream) -> tuple[InferResponse, RequestReport]:
+            try:
+                return await self._run(request, model, V2_API, True, wire_bytes, stream)
+            finally:
+                model.release()
+
+        async for item in stream_responses(run, request, model):
+            yield item
+
     async def _traced(self, traced: RequestTrace | None, request: InferRequest, model: ModelVersion, api: str,
                       raw_outputs: bool, wire_bytes: int | None) -> tuple[InferResponse, RequestReport]:
         """``_run``, with the request's trace (when the trace settings picked it) begun and ended around it."""
@@ -257,14 +293,25 @@ class InferenceService:
         return response, replace(report, trace_id=traced.trace_id)
 
     async def _run(self, request: InferRequest, model: ModelVersion, api: str, raw_outputs: bool,
-                   wire_bytes: int | None) -> tuple[InferResponse, RequestReport]:
+                   wire_bytes: int | None, responses: ResponseStream | None = None
+                   ) -> tuple[InferResponse, RequestReport]:
+        """Run one request on ``model``; ``responses``: where a decoupled model's responses go (the
+        response returned is then empty, unless the backend answered once)."""
+        if model.decoupled and responses is None:  # refused before it counts, as Triton's front ends do
+            raise Unsupported(DECOUPLED_ONCE)
         started = time.perf_counter_ns()
         metrics = self._metrics
         if metrics is not None:
             metrics.started(model.name, model.label)
+        calls = self.calls
+        if calls.loop is None:  # model code sends its requests onto this loop (kserve_v2.local_calls)
+            calls.loop = asyncio.get_running_loop()
         # the shared memory regions the request names stay held (not unregistered) until it is answered
         regions = self._memory.request() if self._memory is not None else None
         try:
+            callers = CALLERS.get()  # the models waiting for this request, when model code sent it
+            if callers:
+                check_callers(callers, model.name, model.config)
             cost, elements = request_cost(request, regions is not None, wire_bytes)
             # a request that costs nothing here cannot fail the budget: no reservation to hold
             with self._budget.reserve(cost, model.name) if cost else _UNRESERVED:
@@ -275,15 +322,19 @@ class InferenceService:
                 decoded_at = time.perf_counter_ns()
                 try:
                     execution, queue_ns, infer_ns = await model.scheduler.submit(
-                        decoded.feeds, decoded.output_names, decoded.parameters, decoded.batch_size)
+                        decoded.feeds, decoded.output_names, decoded.parameters, decoded.batch_size,
+                        RequestContext(request.id, callers, responses, calls, decoded.parameters))
                 except ServerError:
                     raise
                 except Exception as err:
                     raise InternalError(f"{model.config.backend} execution failed for model '{model.name}': {err}") from err
                 ran_at = time.perf_counter_ns()
                 decoded.feeds.clear()  # the inputs' decoded copies are not needed to encode: free them first
+                arrays: list[np.ndarray]
+                if responses is not None and responses.taken:  # its responses went to the stream
+                    response, arrays = InferResponse(model.name, str(model.version), request.id), []
                 # without raw contents or shared memory, encoding only describes the outputs: nothing heavy
-                if (raw_outputs or decoded.output_memory) and _heavy(execution.outputs):
+                elif (raw_outputs or decoded.output_memory) and _heavy(execution.outputs):
                     response, arrays = await self.offload.in_thread(encode_response, request, model.spec,
                                                                     model.version, decoded, execution.outputs,
                                                                     raw_outputs, execution.parameters)

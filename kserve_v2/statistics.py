@@ -1,8 +1,10 @@
 """Per-version inference statistics with Triton's counters (``extension_statistics.md``).
 
 Durations are cumulative nanoseconds with counts. ``inference_count`` counts batch elements,
-``execution_count`` model executions; ``last_inference`` is ms since the epoch. Updated from
-the event loop thread only, so no lock is needed.
+``execution_count`` model executions; ``last_inference`` is ms since the epoch. A decoupled model's
+responses are also counted by their index in their request (``response_stats``: "0" for every
+first response, "1" for every second, ...). Updated from the event loop thread only, so no lock
+is needed.
 """
 
 from __future__ import annotations
@@ -72,6 +74,25 @@ class Phases:
 
 
 @dataclass(slots=True)
+class ResponseStats:
+    """The responses sent at one index of their requests (Triton's ``InferResponseStatistics``):
+    ``compute_infer`` the time since the previous response (or the request's start), ``compute_output``
+    the time to write the response; ``success``, ``fail`` and ``empty_response`` (a final flag sent
+    alone) by outcome, each with the sum of both."""
+
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    empty_response: Duration = field(default_factory=Duration)
+    cancel: Duration = field(default_factory=Duration)
+
+    def to_pb(self, out: pb.InferResponseStatistics) -> None:
+        for name in ("compute_infer", "compute_output", "success", "fail", "empty_response", "cancel"):
+            getattr(self, name).to_pb(getattr(out, name))
+
+
+@dataclass(slots=True)
 class ModelStats:
     """Counters of one model version."""
 
@@ -83,6 +104,7 @@ class ModelStats:
     inference_count: int = 0
     execution_count: int = 0
     last_inference_ms: int = 0
+    responses: dict[str, ResponseStats] = field(default_factory=dict)
 
     def record_success(self, report: RequestReport) -> None:
         """Account one successful request: its batch elements, the model executions it accounts
@@ -115,6 +137,17 @@ class ModelStats:
         self.fail.add(total_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
 
+    def record_response(self, index: int, outcome: str, infer_ns: int, output_ns: int) -> None:
+        """Account one response of a decoupled model: its ``index`` in its request, its ``outcome``
+        (``success``, ``fail`` or ``empty_response``, as Triton's ``UpdateResponse*`` name them)."""
+        stats = self.responses.get(str(index))
+        if stats is None:
+            stats = self.responses[str(index)] = ResponseStats()
+        stats.compute_infer.add(infer_ns)
+        if outcome == "success":
+            stats.compute_output.add(output_ns)
+        getattr(stats, outcome).add(infer_ns + output_ns)
+
     def to_pb(self, name: str, version: int) -> pb.ModelStatistics:
         """Render as the ModelStatistics message."""
         out = pb.ModelStatistics(
@@ -139,6 +172,8 @@ class ModelStats:
             phases.compute_input.to_pb(entry.compute_input)
             phases.compute_infer.to_pb(entry.compute_infer)
             phases.compute_output.to_pb(entry.compute_output)
+        for key, response in self.responses.items():
+            response.to_pb(out.response_stats[key])
         return out
 
 

@@ -61,10 +61,13 @@ def stream_parts(response: InferResponse) -> tuple[list[Buffer], int]:
     return [prefix, *parts], size + len(prefix)
 
 
-def encode_stream_error(message: str, request_id: str, model_name: str, model_version: str) -> bytes:
+def encode_stream_error(message: str, request_id: str, model_name: str, model_version: str,
+                        parameters: Mapping[str, InferParameter] | None = None) -> bytes:
     """The serialized ``ModelStreamInferResponse`` of a failed request: ``error_message`` and a response
-    naming the request's id, model and version (Triton's ``ModelStreamInfer``)."""
+    naming the request's id, model and version, with ``parameters`` if any (Triton's ``ModelStreamInfer``)."""
     inner = _strings(((3, request_id), (1, model_name), (2, model_version)))
+    if parameters:
+        inner += encode_parameters(4, parameters)
     return _strings(((1, message),)) + delimited(2, inner)
 
 

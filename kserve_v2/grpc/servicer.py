@@ -1,9 +1,10 @@
 """GRPCInferenceService servicer: pure delegation to ``InferenceService``.
 
 Each RPC calls one service method; its errors are turned into a gRPC status where the handlers are
-registered (``kserve_v2.grpc.registration``, with the one table of ``status``). ModelStreamInfer sends one ModelStreamInferResponse per request, echoing
-the request ``id``; a failed request is reported in ``error_message`` and the stream stays open
-(Triton's ``grpc_service.proto``, ``ModelStreamInfer``).
+registered (``kserve_v2.grpc.registration``, with the one table of ``status``). ModelStreamInfer sends
+each response of each request (``stream_replies``: one for most models, zero or many for a decoupled
+one), echoing the request ``id``; a failed request is reported in ``error_message`` and the stream
+stays open (Triton's ``grpc_service.proto``, ``ModelStreamInfer``).
 
 ModelInfer and ModelStreamInfer (``RAW_METHODS``) are registered without a deserializer or a
 serializer: they take the message's bytes as grpc.aio received them and answer bytes, through the
@@ -22,7 +23,7 @@ import grpc
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import grpc_service_pb2_grpc as pb_grpc
-from kserve_v2.codec.messages import Buffer, InferRequest
+from kserve_v2.codec.messages import Buffer, InferParameter, InferRequest, InferResponse, parameter
 from kserve_v2.codec.requests import decode_request
 from kserve_v2.codec.responses import encode_stream_error, response_parts, stream_parts
 from kserve_v2.codec.wire import WireError
@@ -31,6 +32,11 @@ from kserve_v2.grpc.parsing import unparsable
 from kserve_v2.grpc.status import describe
 from kserve_v2.offload import Offload, is_heavy
 from kserve_v2.service import InferenceService
+
+# Triton's stream parameters: the request asks for a response carrying only the final flag, and
+# every response says whether it is its request's last (``stream_infer_handler.cc``)
+EMPTY_FINAL = "triton_enable_empty_final_response"
+FINAL = "triton_final_response"
 
 if TYPE_CHECKING:  # grpc's classes are generic in their stubs only
     Context = grpc.aio.ServicerContext[Any, Any]
@@ -130,14 +136,10 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
 
         async def one(request: InferRequest, wire_bytes: int) -> None:
             try:
-                response, _ = await self._service.model_infer_reported(request, wire_bytes=wire_bytes)
-                encoded = await _encoded(offload, *stream_parts(response))
-            except Exception as err:  # noqa: BLE001 - reported in-stream
-                _, message = describe(err)
-                encoded = encode_stream_error(message, request.id, request.model_name, request.model_version)
+                async for reply in stream_replies(self._service, request, wire_bytes):
+                    done.put_nowait(reply)
             finally:
                 window.release()
-            done.put_nowait(encoded)
 
         async def read() -> None:
             try:
@@ -171,6 +173,39 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
             reader.cancel()
             for task in list(running):
                 task.cancel()
+
+
+async def stream_replies(service: InferenceService, request: InferRequest, wire_bytes: int | None = None
+                         ) -> AsyncIterator[bytes]:
+    """The serialized ModelStreamInferResponses of one request on a stream, as Triton's stream handler
+    writes them: each response of the request (``InferenceService.model_stream``) with
+    ``triton_final_response`` telling whether it is the last; a response's error in ``error_message``
+    with the request's id, model and version; a final flag sent without a response only when the
+    request sets ``triton_enable_empty_final_response``; a request that fails before any response as
+    one error. ``wire_bytes``: the size of the message the request was decoded from."""
+    asked = request.parameters.get(EMPTY_FINAL)
+    empty_final = asked is not None and asked.choice == "bool_param" and asked.value is True
+    offload = service.offload
+    try:
+        async for item in service.model_stream(request, wire_bytes):
+            final = parameter(item.final)
+            if item.response is not None:
+                item.response.parameters[FINAL] = final
+                yield await _encoded(offload, *stream_parts(item.response))
+            elif item.error is not None:
+                yield _failed(request, item.error, {FINAL: final})
+            elif item.final and empty_final:
+                answering = InferResponse(request.model_name, request.model_version, request.id, {FINAL: final})
+                yield b"".join(stream_parts(answering)[0])
+    except Exception as err:  # noqa: BLE001 - reported in-stream
+        yield _failed(request, err)
+
+
+def _failed(request: InferRequest, err: Exception, parameters: dict[str, InferParameter] | None = None) -> bytes:
+    """The serialized ModelStreamInferResponse of a failed request: the error's text, and a response
+    without outputs naming the request it answers."""
+    _, message = describe(err)
+    return encode_stream_error(message, request.id, request.model_name, request.model_version, parameters)
 
 
 def _carrier(context: Context) -> dict[str, str]:

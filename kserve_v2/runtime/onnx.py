@@ -19,7 +19,7 @@ import onnxruntime as ort
 from kserve_v2 import datatypes
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.datatypes import BF16, BYTES
-from kserve_v2.backend import Backend, BatchStrategy, Execution, Parameter
+from kserve_v2.backend import NO_CONTEXT, Backend, BatchStrategy, Execution, Parameter, RequestContext
 from kserve_v2.cancellation import current
 from kserve_v2.errors import Cancelled, InvalidInput
 from kserve_v2.runtime.device import CPU_EP, CUDA_EP
@@ -176,6 +176,7 @@ class OnnxModel:
     """The built-in backend: an ONNX graph whose tensors are the V2 interface."""
 
     batchable = True
+    threaded = False
     batching: BatchStrategy | None = None
     text: TextContract | None = None
 
@@ -184,9 +185,12 @@ class OnnxModel:
         self.inputs, self.outputs, self.on_cuda = session.inputs, session.outputs, session.on_cuda
 
     def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                parameters: Mapping[str, Parameter]) -> Execution:
-        """``OnnxSession.run``; request parameters do not concern the graph."""
+                parameters: Mapping[str, Parameter], context: RequestContext = NO_CONTEXT) -> Execution:
+        """``OnnxSession.run``; request parameters and context do not concern the graph."""
         return Execution(self._session.run(feeds, output_names))
+
+    def close(self) -> None:
+        """Nothing to do: the session goes with the last reference to the model."""
 
 
 def open_onnx(model_dir: Path, version: int, config: mc.ModelConfig) -> OnnxModel:

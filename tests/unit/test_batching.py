@@ -51,8 +51,8 @@ def batch_sizes(config_text: str, sizes: Sequence[int], max_batch: int = 8) -> l
     """Queue requests of ``sizes`` rows at once and record the batches the batcher forms."""
     formed: list[list[int]] = []
 
-    async def execute(members: list[Feeds], names: Sequence[str], parameters: Mapping[str, Parameter]
-                      ) -> tuple[list[Execution | Exception], int, int]:
+    async def execute(members: list[Feeds], names: Sequence[str], parameters: Mapping[str, Parameter],
+                      contexts: Sequence[object]) -> tuple[list[Execution | Exception], int, int]:
         formed.append([len(m["INPUT0"]) for m in members])
         merged = merge_rows(members)["INPUT0"]
         return list(split_rows(Execution([merged]), [len(m["INPUT0"]) for m in members])), 0, 0
@@ -86,7 +86,8 @@ def test_full_queue_is_refused() -> None:
     async def main() -> None:
         running = asyncio.Event()
 
-        async def never(members: list[Feeds], names: Sequence[str], parameters: Mapping[str, Parameter]
+        async def never(members: list[Feeds], names: Sequence[str], parameters: Mapping[str, Parameter],
+                        contexts: Sequence[object]
                         ) -> tuple[list[Execution | Exception], int, int]:
             running.set()
             await asyncio.Event().wait()

@@ -35,6 +35,7 @@ class Backend:
     outputs: tuple = ()
     on_cuda = False
     batchable = True
+    threaded = False
     batching = None
     text: TextContract | None = None
 
@@ -42,10 +43,13 @@ class Backend:
         self.behaviour = behaviour
 
     def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                parameters: Mapping[str, Parameter]) -> Execution:
+                parameters: Mapping[str, Parameter], context: object = None) -> Execution:
         if self.behaviour is not None:
             return self.behaviour(feeds, output_names)
         return Execution([feeds["INPUT0"] * 2])
+
+    def close(self) -> None:
+        pass
 
 
 def version(config_text: str, number: int = 1, backend: Backend | None = None) -> ModelVersion:
@@ -215,7 +219,7 @@ def text_model(number: int) -> ModelVersion:
         text = TextContract((TextInput(InputKind.TEXT),), (TextOutput(OutputKind.SCORE, "float32", 0, output),), 8)
 
         def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                    parameters: Mapping[str, Parameter]) -> Execution:
+                    parameters: Mapping[str, Parameter], context: object = None) -> Execution:
             return Execution([np.full(len(feeds["text"]), number, np.float32)])
 
     config = ('name: "words" input [{ name: "text" data_type: TYPE_STRING dims: [-1] }] '

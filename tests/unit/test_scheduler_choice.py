@@ -35,12 +35,16 @@ class Doubling:
     outputs = (TensorDeclaration("OUTPUT0", FP32, (-1, 2)),)
     on_cuda = False
     batchable = True
+    threaded = False
     batching: BatchStrategy | None = None
     text: TextContract | None = None
 
     def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                parameters: Mapping[str, Parameter]) -> Execution:
+                parameters: Mapping[str, Parameter], context: object = None) -> Execution:
         return Execution([feeds["INPUT0"] * 2])
+
+    def close(self) -> None:
+        pass
 
 
 def config(text: str) -> mc.ModelConfig:
