@@ -49,7 +49,8 @@ log = logging.getLogger(__name__)
 
 # Extensions this server implements (Triton's names, ServerMetadata.extensions).
 EXTENSIONS = ("classification", "model_repository", "model_repository(unload_dependents)", "model_configuration",
-              "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "sequence", "trace", "logging")
+              "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "sequence", "trace", "logging",
+              "generate")
 SHM_EXTENSION = "system_shared_memory"
 # Triton's text for a request answered once to a model that may answer many times (``infer_handler.cc``)
 DECOUPLED_ONCE = "ModelInfer RPC doesn't support models with decoupled transaction policy"

@@ -26,7 +26,7 @@ _MODEL = r"/v2/models/[^/]+(?:/versions/[^/]+)?"
 # (pattern, group), first match wins; paths that match none (docs, metrics, status) are never restricted.
 _ROUTES = [(re.compile(pattern), group) for pattern, group in (
     (r"/|/v2/health/.*|/healthz|/readyz|" + _MODEL + "/ready", "health"),
-    (_MODEL + "/infer|/v1/(?:encode|score|extract)/.*|/v1/embeddings", "inference"),
+    (_MODEL + "/(?:infer|generate|generate_stream)|/v1/(?:encode|score|extract)/.*|/v1/embeddings", "inference"),
     (_MODEL + "/config", "model-config"),
     (r"/v2/models/stats|" + _MODEL + "/stats", "statistics"),
     (_MODEL + "/trace/setting|/v2/trace/setting", "trace"),

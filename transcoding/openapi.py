@@ -61,7 +61,22 @@ def _model_routes(prefix: str, names: tuple[str, ...]) -> dict[str, Any]:
                 "application/json": {"schema": {"$ref": "#/components/schemas/InferResponse"}},
                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
                 **_errors(400, 404, 413, 500, 501, 503)}}},
+        prefix + "/generate": {"post": {
+            "summary": "Triton's generate extension: JSON keys as input tensors or parameters, the model's one "
+                       "response as a flat JSON object", "parameters": params, "requestBody": _generate_body(),
+            "responses": {"200": _json({"$ref": "#/components/schemas/GenerateResponse"}),
+                          **_errors(400, 404, 413, 500, 501, 503)}}},
+        prefix + "/generate_stream": {"post": {
+            "summary": "Triton's generate extension, streamed: every response as a Server-Sent Event "
+                       "(data: <GenerateResponse JSON>, or data: {\"error\": ...}); the status is the first event's",
+            "parameters": params, "requestBody": _generate_body(),
+            "responses": {"200": {"description": "Server-Sent Events", "content": {
+                "text/event-stream": {"schema": {"type": "string"}}}}, **_errors(400, 404, 413, 500, 501, 503)}}},
     }
+
+
+def _generate_body() -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/GenerateRequest"}}}}
 
 
 def _extension_routes() -> dict[str, Any]:
@@ -207,6 +222,16 @@ def _schemas() -> dict[str, Any]:
                 "name": {"type": "string"}, "datatype": {"type": "string"},
                 "shape": {"type": "array", "items": {"type": "integer"}}, "parameters": parameters,
                 "data": {"type": "array", "items": {}}}}}}},
+        "GenerateRequest": {"type": "object", "description": "keys naming a model input are its tensor (a scalar or a "
+                            "flat array); other keys, and those of 'parameters', are request parameters",
+                            "properties": {"id": {"type": "string"}, "text_input": {"type": "string"},
+                                           "parameters": parameters},
+                            "additionalProperties": {"oneOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"},
+                                                               {"type": "array", "items": {}}]}},
+        "GenerateResponse": {"type": "object", "description": "each output by name: a scalar, or a flat array",
+                             "properties": {"id": {"type": "string"}, "model_name": {"type": "string"},
+                                            "model_version": {"type": "string"}},
+                             "additionalProperties": {}},
         "Statistics": {"type": "object", "properties": {"model_stats": {"type": "array", "items": {
             "type": "object", "properties": {"name": {"type": "string"}, "version": {"type": "string"},
                                              "inference_count": {"type": "integer"}, "execution_count": {"type": "integer"},

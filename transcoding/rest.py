@@ -27,6 +27,7 @@ from kserve_v2.json_pb import message_to_json
 from kserve_v2.codec.messages import Buffer, InferRequest, InferResponse, RequestHeader
 from kserve_v2.offload import is_heavy
 from kserve_v2.service import InferenceService
+from transcoding.generate import generate_routes
 from transcoding.http_body import compressed, header_values, read_body
 from transcoding.http_routes import Handler, guarded
 from transcoding.http_status import error_response
@@ -56,7 +57,7 @@ class V2Routes:
         self.max_input_bytes = max_input_bytes
 
     def routes(self) -> list[BaseRoute]:
-        """Health, metadata, config, statistics, infer, repository and system shared memory routes."""
+        """Health, metadata, config, statistics, infer, generate, repository and system shared memory routes."""
         def v2(handler: Handler) -> Handler:
             return guarded(handler, v2_error)
 
@@ -83,7 +84,8 @@ class V2Routes:
                 Route(prefix + "/stats", v2(self.model_stats), methods=["GET"]),
                 Route(prefix + "/infer", v2(self.infer), methods=["POST"]),
             ]
-        return routes + extension_routes(self.service, self.max_input_bytes, v2)
+        return (routes + generate_routes(self.service, self.max_input_bytes, v2_error)
+                + extension_routes(self.service, self.max_input_bytes, v2))
 
     async def live(self, _: Request) -> Response:
         """``GET /v2/health/live`` (and ``/``)."""
