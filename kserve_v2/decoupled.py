@@ -91,19 +91,22 @@ class ResponseStream:
         return self._cancelled
 
     def send(self, outputs: dict[str, np.ndarray] | None, error: ServerError | None = None, final: bool = False) -> None:
-        """Send one response, or (``outputs`` and ``error`` None) only the final flag; any thread.
+        """Send one response, or (``outputs`` and ``error`` None) only the final flag; any thread. After
+        the request was cancelled, what is sent is dropped.
 
         Raises:
             Unavailable: the final flag was sent already (Triton's text: "Unable to send response.
                 Response sender has been closed.").
         """
         with self._lock:
+            if self._cancelled:
+                return
             if self._closed:
                 raise Unavailable(CLOSED)
             self._closed = final
             if outputs is not None or error is not None:
                 self.sent += 1
-        if self._cancelled or self._loop.is_closed():
+        if self._loop.is_closed():
             return
         item = Sent(outputs, error, final, time.perf_counter_ns())
         try:
@@ -113,8 +116,8 @@ class ResponseStream:
 
     def cancel(self) -> None:
         """The caller went away: ``cancelled`` turns true and nothing more is delivered (event loop)."""
-        self._cancelled = True
-        self._closed = True
+        with self._lock:
+            self._cancelled = True
 
     def ended(self) -> None:
         """The execution that the responses belong to has returned (event loop): wakes the reader."""

@@ -113,7 +113,7 @@ def complete_instances(config: mc.ModelConfig, gpus: int) -> None:
             group.name = f"{config.name}_{index}"
         if group.kind == mc.ModelInstanceGroup.KIND_GPU and (not gpus or any(g >= gpus for g in group.gpus)):
             raise ConfigError(f"instance group '{group.name}' asks for GPUs {list(group.gpus)} but {gpus} are usable")
-        if group.kind == mc.ModelInstanceGroup.KIND_MODEL:
+        if group.kind == mc.ModelInstanceGroup.KIND_MODEL and config.backend != backend.PYTHON:
             raise ConfigError("instance group kind KIND_MODEL is not supported by the onnxruntime backend")
 
 

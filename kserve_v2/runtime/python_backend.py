@@ -260,10 +260,13 @@ class PythonModel:
             expected = self._dtypes.get(tensor.name())
             if expected is None:
                 continue
+            array = tensor.as_numpy()
             if tensor.dtype is not expected:
-                raise InternalError(f"python model '{self.name}' returned output '{tensor.name()}' as "
-                                    f"{tensor.dtype.v2}, but its configuration declares {expected.config}")
-            outputs[tensor.name()] = tensor.as_numpy()
+                if array.size:  # an empty array has no values to lose: it takes the configured type
+                    raise InternalError(f"python model '{self.name}' returned output '{tensor.name()}' as "
+                                        f"{tensor.dtype.v2}, but its configuration declares {expected.config}")
+                array = array.astype(expected.numpy)
+            outputs[tensor.name()] = array
         return outputs
 
     def _share(self, response: Any, output_names: Sequence[str], first: bool) -> Execution | Exception:
@@ -345,7 +348,7 @@ class _Answer:
                                            "through ModelStreamInfer, generate_stream or a decoupled BLS call)")
             self.response, self._final = response or self.response, final
             return
-        if stream.closed and not stream.cancelled:
+        if stream.closed:
             raise TritonModelException("Unable to send response. Response sender has been closed.")
         error = response.error() if response is not None else None
         if response is None:
