@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 from collections.abc import Callable
@@ -41,6 +42,8 @@ T = TypeVar("T")
 
 TEXT_MODELS = ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8", "splade-tiny", "rampart-pii-ner")
 RERANKER = "minilm-reranker"  # the cross-encoder `make models` builds around MiniLM (examples/build_cross_encoder.py)
+# the text pipeline `make models` copies from examples/text_pipeline: python steps around MiniLM, an ensemble
+PIPELINE = ("minilm_tokenize", "minilm_onnx", "minilm_pool", "minilm_embed")
 VOCAB = 30522  # BERT uncased: MiniLM's and SPLADE's tokenizers
 
 
@@ -63,10 +66,11 @@ class TextModels:
     @property
     def reference(self) -> dict[str, tuple[float, float]]:
         """The cosines (first sentence of SENTENCES vs the others) each dense model must give; for
-        ``minilm-reranker``, the cosines inside its logit (those of the MiniLM graph it was built from)."""
+        ``minilm-reranker``, the cosines inside its logit, and for the text pipeline's ``minilm_embed``
+        its embeddings' (those of the MiniLM graph they were built from)."""
         if self.source == "shared":
-            return {**REFERENCE, RERANKER: REFERENCE["all-MiniLM-L6-v2"]}
-        return {name: REFERENCE["all-MiniLM-L6-v2-int8"] for name in (*REFERENCE, RERANKER)}
+            return {**REFERENCE, RERANKER: REFERENCE["all-MiniLM-L6-v2"], "minilm_embed": REFERENCE["all-MiniLM-L6-v2"]}
+        return {name: REFERENCE["all-MiniLM-L6-v2-int8"] for name in (*REFERENCE, RERANKER, "minilm_embed")}
 
     def tokenizer(self, name: str) -> Path:
         return self.path / name / "1" / "tokenizer.json"
@@ -278,6 +282,16 @@ def add_model(repository: Path, name: str, model: onnx.ModelProto | bytes, confi
         (folder / str(version) / "model.onnx").write_bytes(data)
     if config is not None:
         (folder / "config.pbtxt").write_text(config)
+    return folder
+
+
+def add_python_model(repository: Path, name: str, config: str, source: str) -> Path:
+    """Write a python-backend model: ``<repository>/<name>/config.pbtxt`` (``backend: "python"`` and
+    ``config``) and ``1/model.py`` (``source``, dedented)."""
+    folder = repository / name
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "python"\n{config}\n')
+    (folder / "1" / "model.py").write_text(textwrap.dedent(source))
     return folder
 
 
