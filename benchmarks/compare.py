@@ -14,7 +14,10 @@ Load generators: Triton's perf_analyzer drives ours, Triton and the ceiling; MLS
 ModelConfig RPC ("failed to get model config: Method not found!"), so one closed-loop tritonclient
 asyncio generator drives ours and MLServer. Each ratio compares figures of one generator.
 Cases: `simple` over gRPC at concurrency 1, 4, 16; over REST with JSON at 4; the FP32 identity model
-at 1 MiB (concurrency 4) and 16 MiB (concurrency 1) over gRPC and over REST with binary tensors.
+at 1 MiB (concurrency 4) and 16 MiB (concurrency 1) over gRPC and over REST with binary tensors; and
+the python step: `simple_python` (examples/model_repository/simple_python/1/model.py, `simple`'s sum and
+difference in numpy) run by our python backend and by Triton's, the same file, over gRPC at concurrency
+1 and 4 (perf_analyzer only: neither the ceiling nor MLServer runs python models).
 Then our cold start to ready and idle RSS next to Triton's, and benchmarks/encode.py.
 
 Usage: python benchmarks/compare.py [--seconds 5] [--smoke] [--skip-triton] [--skip-mlserver] [--case TEXT ...]
@@ -64,6 +67,7 @@ class Case:
     elements: int  # FP32 elements of the identity tensor; 0 for simple
     concurrency: int
     tensor_format: str | None = None  # http: json | binary
+    servers: tuple[str, ...] = SERVERS  # the servers that run the case
 
 
 CASES = (
@@ -75,6 +79,9 @@ CASES = (
     Case("grpc identity 16 MiB c=1", "grpc", "identity_fp32", 16 * MIB // 4, 1),
     Case("http identity binary 1 MiB c=4", "http", "identity_fp32", MIB // 4, 4, "binary"),
     Case("http identity binary 16 MiB c=1", "http", "identity_fp32", 16 * MIB // 4, 1, "binary"),
+    # the python step: the same model.py on our python backend and on Triton's
+    Case("grpc simple_python c=1", "grpc", "simple_python", 0, 1, servers=("ours", "Triton")),
+    Case("grpc simple_python c=4", "grpc", "simple_python", 0, 4, servers=("ours", "Triton")),
 )
 
 
@@ -271,9 +278,12 @@ def main() -> None:
             # on a shared, noisy box the figures of one row are then taken within the same minute
             for case in cases:
                 for server, (_, ports) in running.items():
+                    if server not in case.servers:
+                        continue
                     if server != "MLServer":
                         pa[(server, case.label)] = measure_pa(tool, case, ports, seconds, work)
-                    if server in ("ours", "MLServer") and case.tensor_format != "binary":  # MLServer: no binary extension
+                    if "MLServer" in case.servers and server in ("ours", "MLServer") and case.tensor_format != "binary":
+                        # MLServer: no binary extension
                         tc[(server, case.label)] = asyncio.run(drive(case, ports[case.protocol], seconds))
         finally:
             for procs, _ in running.values():
@@ -304,7 +314,7 @@ def main() -> None:
 
 def _ours(work: Path) -> tuple[list[subprocess.Popen], dict[str, int]]:
     proc, ports = start_server(EXAMPLES, work / "ours.log", "--model-control-mode", "explicit",
-                               "--load-model", "simple", "--load-model", "identity_fp32")
+                               "--load-model", "simple", "--load-model", "identity_fp32", "--load-model", "simple_python")
     return [proc], ports
 
 

@@ -1,5 +1,6 @@
 """Triton Inference Server 2.51 for benchmarks/compare.py: the tritonserver bundled in PyPI's
-``nvidia-pytriton==0.7.0`` wheel, serving the example ONNX models through the python backend.
+``nvidia-pytriton==0.7.0`` wheel, serving the example ONNX models through the python backend, and the example python model
+``simple_python`` unchanged.
 
 The environment (``triton-2.51`` in the user's cache folder, see benchmarks/cache.py) holds the
 wheel plus numpy and onnxruntime; it is created on first use and never inside the tree. Facts
@@ -42,9 +43,13 @@ def _site_packages(env: Path) -> Path:
     return next((env / "lib").glob("python3*/site-packages"))
 
 
-def repository(examples: Path, target: Path, models: tuple[str, ...] = ("simple", "identity_fp32")) -> Path:
-    """Triton's repository: each example model's config with the python backend and model.py running its .onnx."""
+def repository(examples: Path, target: Path, models: tuple[str, ...] = ("simple", "identity_fp32", "simple_python")) -> Path:
+    """Triton's repository: each example ONNX model's config with the python backend and model.py running
+    its .onnx; an example python model (``simple_python``) as it is, the same model.py ours runs."""
     for name in models:
+        if 'backend: "python"' in (examples / name / "config.pbtxt").read_text():
+            shutil.copytree(examples / name, target / name)
+            continue
         (target / name / "1").mkdir(parents=True)
         shutil.copy(HERE / "triton_model.py", target / name / "1" / "model.py")
         config = (examples / name / "config.pbtxt").read_text().replace('platform: "onnxruntime_onnx"', 'backend: "python"')
@@ -65,7 +70,7 @@ def _backends(env: Path, target: Path) -> Path:
 
 
 def start(env: Path, examples: Path, work: Path, ports: dict[str, int], log: Path) -> subprocess.Popen:
-    """Start tritonserver on ``ports`` (grpc, http, metrics) and wait until both models are ready.
+    """Start tritonserver on ``ports`` (grpc, http, metrics) and wait until its models are ready.
 
     Raises:
         SystemExit: it did not become ready (the log's tail is shown).
