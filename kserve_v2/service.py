@@ -40,7 +40,7 @@ from kserve_v2.responses import encode_response
 from kserve_v2.settings import Settings
 from kserve_v2.shared_memory import SharedMemoryRegistry
 from kserve_v2.statistics import RequestReport
-from kserve_v2.streaming import stream_responses
+from kserve_v2.streaming import stream_request
 from kserve_v2.text_models import TextModels
 from kserve_v2.trace_config import TraceConfig
 from kserve_v2.tracing import RequestTrace, Tracing
@@ -253,31 +253,15 @@ class InferenceService:
 
     async def model_stream(self, request: InferRequest, wire_bytes: int | None = None
                            ) -> AsyncGenerator[Streamed, None]:
-        """Every response to one request as it is sent (ModelStreamInfer, the generate routes, business
-        logic scripting): one for a model answered once (``run_version``'s); zero, one or many, the last
-        final, for a decoupled model (``kserve_v2.decoupled``, ``kserve_v2.streaming``; not traced).
-        ``wire_bytes``: as for ``model_infer_reported``.
+        """Every response to one request as it is sent (ModelStreamInfer, generate, BLS): one for most
+        models, zero or many for a decoupled one (``kserve_v2.streaming``). ``wire_bytes``: as for
+        ``model_infer_reported``.
 
         Raises:
-            As ``model_infer_reported``, for a request that fails before its model responded; a
-            decoupled model's later failures are responses (``Streamed.error``).
+            As ``model_infer_reported``, for a request that fails before its model responded.
         """
-        model = self._manager.acquire_version(request.model_name, request.model_version)
-        if not model.decoupled:
-            try:
-                response, _ = await self.run_version(model, request, wire_bytes=wire_bytes)
-            finally:
-                model.release()
-            yield Streamed(response, None, True)
-            return
-
-        async def run(stream: ResponseStream) -> tuple[InferResponse, RequestReport]:
-            try:
-                return await self._run(request, model, V2_API, True, wire_bytes, stream)
-            finally:
-                model.release()
-
-        async for item in stream_responses(run, request, model):
+        async for item in stream_request(request, wire_bytes, self._manager.acquire_version, self.run_version,
+                                         self._run):
             yield item
 
     async def _traced(self, traced: RequestTrace | None, request: InferRequest, model: ModelVersion, api: str,
@@ -296,8 +280,7 @@ class InferenceService:
     async def _run(self, request: InferRequest, model: ModelVersion, api: str, raw_outputs: bool,
                    wire_bytes: int | None, responses: ResponseStream | None = None
                    ) -> tuple[InferResponse, RequestReport]:
-        """Run one request on ``model``; ``responses``: where a decoupled model's responses go (the
-        response returned is then empty, unless the backend answered once)."""
+        """Run one request; ``responses``: where a decoupled model's go (the response is then empty)."""
         if model.decoupled and responses is None:  # refused before it counts, as Triton's front ends do
             raise Unsupported(DECOUPLED_ONCE)
         started = time.perf_counter_ns()

@@ -1,6 +1,7 @@
-"""One request to a decoupled model, read as its responses come (``InferenceService.model_stream``).
+"""Every response of one request, as it comes (``InferenceService.model_stream``).
 
-The request runs as a task of its own (decode, scheduler, backend: the one inference call), with a
+A model answered once gives one response, the service's ``run_version``'s. A request to a
+decoupled model runs as a task of its own (decode, scheduler, backend: the one inference call), with a
 ``ResponseStream`` in its context (``kserve_v2.decoupled``). Each response the model sends is
 encoded as the wire codec's ``InferResponse`` carrying the request's ``id`` (only the requested
 outputs, in the order asked for; each output's buffer is copied once, where the transport writes its
@@ -15,20 +16,65 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Protocol
 
 import numpy as np
 
 from kserve_v2.codec.messages import InferRequest, InferResponse
 from kserve_v2.decoupled import ResponseStream, Sent, Streamed
 from kserve_v2.inference import DecodedRequest
+from kserve_v2.metrics import V2_API
 from kserve_v2.model import ModelVersion
 from kserve_v2.responses import encode_response
 from kserve_v2.statistics import RequestReport
 
-Run = Callable[[ResponseStream], Coroutine[object, object, tuple[InferResponse, RequestReport]]]
+Answer = tuple[InferResponse, RequestReport]
+# (model name, version) -> the version, held (``ModelLifecycle.acquire_version``)
+Acquire = Callable[[str, str], ModelVersion]
+# the service's ``_run``: (request, version, api, raw outputs, wire bytes, stream) -> answer
+RunWith = Callable[[InferRequest, ModelVersion, str, bool, int | None, ResponseStream | None],
+                   Coroutine[object, object, Answer]]
+Run = Callable[[ResponseStream], Coroutine[object, object, Answer]]
 # requests whose final response went out while their execution still runs
-_finishing: set[asyncio.Task[tuple[InferResponse, RequestReport]]] = set()
+_finishing: set[asyncio.Task[Answer]] = set()
+
+
+class AnswerOnce(Protocol):
+    """(version, request) -> its one answer (``InferenceService.run_version``)."""
+
+    def __call__(self, model: ModelVersion, request: InferRequest, *, wire_bytes: int | None = None
+                 ) -> Awaitable[Answer]:
+        ...
+
+
+async def stream_request(request: InferRequest, wire_bytes: int | None, acquire: Acquire, answer_once: AnswerOnce,
+                         run_with: RunWith) -> AsyncIterator[Streamed]:
+    """Resolve and hold the request's version and yield its responses: ``answer_once``'s for a model
+    answered once, else ``stream_responses``' (``run_with`` with a stream). The version is released
+    once the request's execution is over. ``wire_bytes``: the size of the message the request was
+    decoded from, if any (the memory budget's measure).
+
+    Raises:
+        As ``answer_once`` and ``stream_responses``; NotFound / Unavailable from ``acquire``.
+    """
+    model = acquire(request.model_name, request.model_version)
+    if not model.decoupled:
+        try:
+            response, _ = await answer_once(model, request, wire_bytes=wire_bytes)
+        finally:
+            model.release()
+        yield Streamed(response, None, True)
+        return
+
+    async def run(stream: ResponseStream) -> Answer:
+        try:
+            return await run_with(request, model, V2_API, True, wire_bytes, stream)
+        finally:
+            model.release()
+
+    async for item in stream_responses(run, request, model):
+        yield item
 
 
 async def stream_responses(run: Run, request: InferRequest, model: ModelVersion) -> AsyncIterator[Streamed]:
