@@ -157,7 +157,7 @@ def test_non_strict_readiness_and_bad_configs(tmp_path) -> None:
     add_model(repository, "bad_text", identity_model(TensorProto.FLOAT), "max_batch_size: [not valid")
     add_model(repository, "wrong_type", identity_model(TensorProto.FLOAT),
               'input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [-1] }]')
-    add_model(repository, "wrong_backend", identity_model(TensorProto.FLOAT), 'backend: "python"')
+    add_model(repository, "wrong_backend", identity_model(TensorProto.FLOAT), 'backend: "tensorflow"')
     add_model(repository, "no_batch_dim", identity_model(TensorProto.FLOAT, [2, 3]), "max_batch_size: 4")
     add_model(repository, "tuned", identity_model(TensorProto.FLOAT), (
         'parameters [{ key: "intra_op_thread_count" value: { string_value: "1" } },'
