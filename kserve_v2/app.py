@@ -18,18 +18,24 @@ import asyncio
 import logging
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from functools import partial
+from typing import Any
 
 from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry, ProcessCollector, disable_created_metrics
 
 from kserve_v2.budget import MemoryBudget
+from kserve_v2.lifecycle import State
 from kserve_v2.cpu_metrics import CpuCollector
+from kserve_v2.errors import ServerError
 from kserve_v2.grpc.server import SERVICE_NAME, build_server
 from kserve_v2.gpu import GpuCollector
 from kserve_v2.log_settings import LogSettings
 from kserve_v2.metrics import InferenceMetrics
 from kserve_v2.offload import Offload
+from kserve_v2.replicas import Call, ReplicaGroup, ReplicaState
+from kserve_v2.replicated import ReplicatedService, observe_group
 from kserve_v2.repository import layout, poller
 from kserve_v2.repository.manager import ModelManager
 from kserve_v2.runtime.device import cuda_device_count
@@ -51,10 +57,13 @@ GRPC_PICKUP_S = 0.2  # on SIGTERM, seconds gRPC goes on picking up calls that ar
 
 
 class App:
-    """One server process."""
+    """One server process, or one replica of ``--workers N`` (``group``: its link to the others;
+    ``kserve_v2.supervisor``): then its ports are shared (``SO_REUSEPORT``), its control calls reach
+    every replica and its observers see all of them (``kserve_v2.replicated``)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, group: ReplicaGroup | None = None) -> None:
         self.settings = settings
+        self.group = group
         gpus = cuda_device_count()
         log.info("execution provider: %s", f"CUDA ({gpus} GPU)" if gpus else "CPU (no usable GPU)")
         self.state = ServerState(settings.strict_readiness)
@@ -86,20 +95,25 @@ class App:
         budget = MemoryBudget(settings.max_request_decoded_bytes, settings.request_memory_pool_bytes)
         self.metrics = metrics
         self.offload = Offload()  # the decode threads and the JSON worker process, for gRPC and REST alike
-        self.service = InferenceService(self.manager, self.state, settings.server_name, settings.model_control_mode,
-                                        metrics, self.tracing, memory, logs, budget, self.offload)
-        self.server, self.health, self.servicer, self.grpc_port = build_server(self.service, settings)
+        service_args = (self.manager, self.state, settings.server_name, settings.model_control_mode, metrics,
+                        self.tracing, memory, logs, budget, self.offload)
+        self.service = InferenceService(*service_args) if group is None else ReplicatedService(group, *service_args)
+        self.server, self.health, self.servicer, self.grpc_port = build_server(self.service, settings,
+                                                                                reuse_port=group is not None)
         self.http: HttpServer | None = None
         http_settings = settings.http
         limits = ConnectionLimits(http_settings.header_timeout_secs, http_settings.body_timeout_secs,
                                   http_settings.max_header_size, http_settings.max_chunks)
         http_server = partial(HttpServer, exit_timeout_secs=settings.exit_timeout_secs, limits=limits,
                               keepalive_timeout_s=http_settings.keepalive_timeout_secs,
-                              max_connections=http_settings.max_connections)
+                              max_connections=http_settings.max_connections, reuse_port=group is not None)
+        reporter = StatusReporter(self.manager, registry, gpus) if settings.allow_http else None
+        exposition, status = _local_views(registry, reporter)
+        if group is not None:
+            exposition, status = observe_group(group, registry, reporter.snapshot if reporter else None)
         if settings.allow_http:
-            reporter = StatusReporter(self.manager, registry, gpus)
-            app = build_app(self.service, http_settings.max_input_size, registry, reporter,
-                            settings.openai_token_ids, http_settings.cors_allowed_origins)
+            app = build_app(self.service, http_settings.max_input_size, registry, status if reporter else None,
+                            settings.openai_token_ids, http_settings.cors_allowed_origins, exposition)
             restrictions = parse_restrictions(http_settings.restricted_api)
             if restrictions or settings.api_key:  # otherwise no per-request work for access control
                 app = AccessMiddleware(app, restrictions, settings.api_key)
@@ -110,12 +124,17 @@ class App:
             self.http = http_server(app, settings.http_address, settings.http_port, tls=tls)
         self.metrics_server: HttpServer | None = None
         if registry is not None:
-            self.metrics_server = http_server(build_metrics_app(registry), settings.metrics_address,
+            self.metrics_server = http_server(build_metrics_app(exposition), settings.metrics_address,
                                               settings.metrics_port)
         self._health_updates: set[asyncio.Task[None]] = set()
         logs.install()  # after uvicorn has set up its loggers
 
     def _on_change(self) -> None:
+        if self.group is not None:
+            self._report()
+        self._on_view()
+
+    def _on_view(self) -> None:
         task = asyncio.get_running_loop().create_task(self._publish_health())
         self._health_updates.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self._health_updates.discard)
@@ -133,16 +152,16 @@ class App:
             loop.add_signal_handler(sig, stop.set)
         live = health_pb2.HealthCheckResponse.NOT_SERVING if self.state.failure else health_pb2.HealthCheckResponse.SERVING
         await self.health.set(LIVE_SERVICE, live)
+        if self.group is not None:
+            self.group.on_view = self._on_view
+            self.group.handle("poll", lambda change: poller.follow(self.manager, *change))
+            self.group.start()
         await self._publish_health()
-        await self.server.start()
-        log.info("gRPC server listening on %s:%d", self.settings.grpc_address, self.grpc_port)
-        if self.http is not None:
-            port = await self.http.start()
-            log.info("HTTP server listening on %s:%d", self.settings.http_address, port)
-        if self.metrics_server is not None:
-            port = await self.metrics_server.start()
-            log.info("metrics server listening on %s:%d", self.settings.metrics_address, port)
-        startup = loop.create_task(self._start_models())  # in poll mode it goes on polling
+        # a replica replacing one that died opens its ports once it has caught up with the others
+        replacement = self.group is not None and self.group.restarted
+        if not replacement:
+            await self._open_ports()
+        startup = loop.create_task(self._startup(open_ports=replacement))  # in poll mode it goes on polling
         interval = loop.create_task(self._metrics_interval())
         await stop.wait()
         log.info("shutting down: readiness off, waiting up to %d s for in-flight requests", self.settings.exit_timeout_secs)
@@ -155,10 +174,29 @@ class App:
         log.info("server stopped")
         return 0
 
+    async def _open_ports(self) -> None:
+        await self.server.start()
+        log.info("gRPC server listening on %s:%d", self.settings.grpc_address, self.grpc_port)
+        if self.http is not None:
+            port = await self.http.start()
+            log.info("HTTP server listening on %s:%d", self.settings.http_address, port)
+        if self.metrics_server is not None:
+            port = await self.metrics_server.start()
+            log.info("metrics server listening on %s:%d", self.settings.metrics_address, port)
+
+    def _report(self) -> None:
+        """Tell the supervisor this replica's readiness and READY versions."""
+        if self.group is None:
+            return
+        models = {record.name: frozenset(v for v, s in record.versions.items() if s.state is State.READY)
+                  for record in self.manager.records()}
+        self.group.report(ReplicaState(self.state.started, InferenceService.is_ready(self.service), models))
+
     async def _drain(self) -> None:
         """Readiness off, new requests turned away, admitted ones finished (within the exit timeout)."""
         deadline = time.monotonic() + self.settings.exit_timeout_secs
         self.state.draining = True
+        self._report()
         await self.health.shut_down()  # NOT_SERVING to Check and to every Watch stream, which then ends
         self.servicer.drain()  # open ModelStreamInfer streams end once their requests are answered
         if self.http is not None:
@@ -190,21 +228,57 @@ class App:
             return self.manager.model_names()
         return list(dict.fromkeys(self.settings.load_models))
 
+    async def _startup(self, open_ports: bool) -> None:
+        """Load the startup models; a replica then joins the group (and opens its ports when it
+        replaces one that died). In poll mode, follow the repository (replica 0 for the group)."""
+        repositories = self.manager.repositories
+        polling = self.settings.model_control_mode == "poll" and not self.state.failure
+        # taken before loading, so that changes made while models load are seen by the first poll
+        before = await asyncio.to_thread(poller.snapshot, repositories) if polling else {}
+        await self._start_models()
+        group = self.group
+        if group is not None:
+            self._report()
+            await group.join()
+            if open_ports:
+                await self._open_ports()
+        if polling and (group is None or group.index == 0):
+            apply: poller.Apply = partial(poller.follow, self.manager)
+            if group is not None:  # every replica applies each change, at once
+                apply = partial(_poll_everywhere, group)
+            await poller.poll(apply, repositories, self.settings.repository_poll_secs, before)
+
     async def _start_models(self) -> None:
         if self.state.failure:
             log.error("server failed to initialize: %s; with --exit-on-error=false it stays up, not live and not "
                       "ready, answering health and metadata", self.state.failure)
             return
-        repositories = self.manager.repositories
-        polling = self.settings.model_control_mode == "poll"
-        # taken before loading, so that changes made while models load are seen by the first poll
-        before = await asyncio.to_thread(poller.snapshot, repositories) if polling else {}
         await self.manager.load_startup_models(self._startup_names())
         self.state.started = True
         await self._publish_health()
-        if self.service.is_ready():
+        if self.group is not None:  # the supervisor says when the server is ready
+            log.info("replica %d: startup models loaded", self.group.index)
+        elif self.service.is_ready():
             log.info("server is ready")
         else:
             log.warning("server is live but not ready: a startup model failed to load (see RepositoryIndex)")
-        if polling:
-            await poller.poll(self.manager, repositories, self.settings.repository_poll_secs, before)
+
+
+async def _poll_everywhere(group: ReplicaGroup, name: str, present: bool) -> None:
+    try:
+        await group.everywhere(Call("poll", (name, present), logged=False))
+    except ServerError as err:  # the next poll tries again
+        log.error("poll: could not apply the change of '%s' on every replica: %s", name, err)
+
+
+def _local_views(registry: CollectorRegistry | None, reporter: StatusReporter | None
+                 ) -> tuple[Callable[[], Awaitable[CollectorRegistry]], Callable[[], Awaitable[dict[str, Any]]]]:
+    """What /metrics and /ws/status read in one process: its registry and its status object."""
+
+    async def exposition() -> CollectorRegistry:
+        return registry if registry is not None else CollectorRegistry()
+
+    async def status() -> dict[str, Any]:
+        return reporter.snapshot() if reporter is not None else {}
+
+    return exposition, status

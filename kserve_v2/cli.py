@@ -18,9 +18,11 @@ import asyncio
 import json
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import fields
+from functools import partial
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -29,10 +31,13 @@ import uvloop
 
 from kserve_v2 import __version__
 from kserve_v2.allocator import huge_page_environment, this_host
+from kserve_v2.cpus import usable_cpus
 from kserve_v2.metrics_config import MetricsConfig, parse_metrics_config
 from kserve_v2.restrictions import GROUPS
+from kserve_v2.replicas import ReplicaGroup
 from kserve_v2.settings import (CONTROL_MODES, EVENT_LOOPS, LOG_FORMATS, TOKEN_ID_MODES, GrpcSettings, HttpSettings,
                                 Settings, TlsSettings)
+from kserve_v2.supervisor import Supervisor, reserve_ports
 from kserve_v2.trace_config import TraceConfig, parse_trace_config
 
 ENV_PREFIX = "KSERVE_V2_"
@@ -49,11 +54,16 @@ TRITON_FIXED = {"allow-grpc": (True, "gRPC is this server's primary API (and its
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per log line: time (ISO 8601, UTC), level, logger, message, and exception."""
+    """One JSON object per log line: time (ISO 8601, UTC), level, logger, message, and exception
+    (and ``replica``, the replica's number, in a replica of ``--workers``)."""
+
+    def __init__(self, replica: int | None = None) -> None:
+        super().__init__()
+        self._replica = {} if replica is None else {"replica": replica}
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {"time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
-                 "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+                 "level": record.levelname, "logger": record.name, "message": record.getMessage(), **self._replica}
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry)
@@ -66,6 +76,15 @@ def _bool(text: str) -> bool:
     if value in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def _workers(text: str) -> int:
+    if text.strip().lower() == "auto":
+        return usable_cpus()
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got '{text}'") from None
 
 
 def _env(flag: str, default: object) -> object:
@@ -152,6 +171,10 @@ def _parser() -> argparse.ArgumentParser:
          "answering health (not live, not ready) and metadata, as Triton does", type=_bool)
     flag("strict-readiness", defaults.strict_readiness,
          "ready only when every startup model is READY (false: ready once startup ends)", type=_bool)
+    flag("workers", str(defaults.workers),
+         "replica processes serving the same ports, each a whole server with its own models ('auto': the CPUs "
+         "this process may use, cgroup-aware); model control, settings and statistics act as one server",
+         type=_workers)
     flag("exit-timeout-secs", defaults.exit_timeout_secs,
          "on SIGTERM/SIGINT, seconds in-flight requests get to finish before exit", type=int)
     flag("event-loop", defaults.event_loop, "event loop for gRPC and HTTP: 'uvloop' (faster) or 'asyncio'",
@@ -281,14 +304,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(sys.argv[1:] if argv is None else argv)
     if argv is None and sys.executable:
         _start_with_huge_pages()
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if settings.log_format == "json"
-                         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.DEBUG if settings.log_verbose > 0 else logging.INFO, handlers=[handler])
-    # uvloop measured ~13% more gRPC infer/s than asyncio's loop on `simple` at concurrency 4
-    factory = uvloop.new_event_loop if settings.event_loop == "uvloop" else None
-    with asyncio.Runner(loop_factory=factory) as runner:
+    _log_to_stderr(settings)
+    if settings.workers > 1:
+        return _supervise(settings)
+    with asyncio.Runner(loop_factory=_loop_factory(settings)) as runner:
         return runner.run(_serve(settings))
+
+
+def _log_to_stderr(settings: Settings, replica: int | None = None) -> None:
+    """Log lines to stderr in ``--log-format``, tagged with the replica's number in a replica."""
+    handler = logging.StreamHandler(sys.stderr)
+    tag = "" if replica is None else f"[replica {replica}] "
+    handler.setFormatter(JsonFormatter(replica) if settings.log_format == "json"
+                         else logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if settings.log_verbose > 0 else logging.INFO, handlers=[handler],
+                        force=True)
+
+
+def _loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    # uvloop measured ~13% more gRPC infer/s than asyncio's loop on `simple` at concurrency 4
+    return uvloop.new_event_loop if settings.event_loop == "uvloop" else None
+
+
+def _supervise(settings: Settings) -> int:
+    """``--workers N``: reserve the ports and run the supervisor of N replicas (``kserve_v2.supervisor``)."""
+    import kserve_v2.app  # noqa: F401 - before the fork: the replicas share its pages and need not import it
+
+    try:
+        settings, reserved = reserve_ports(settings)
+    except OSError as err:
+        logging.getLogger("kserve_v2").error("cannot start: a port cannot be bound: %s", err)
+        return 1
+    return Supervisor(settings.workers, partial(_replica, settings), reserved).run()
+
+
+def _replica(settings: Settings, index: int, sock: socket.socket, restarted: bool) -> int:
+    """One replica, in the child the supervisor forked: a whole server linked to the others."""
+    _log_to_stderr(settings, index)
+    with asyncio.Runner(loop_factory=_loop_factory(settings)) as runner:
+        return runner.run(_serve(settings, ReplicaGroup(index, sock, restarted)))
 
 
 def _start_with_huge_pages() -> None:
@@ -302,11 +356,11 @@ def _start_with_huge_pages() -> None:
             print(f"kserve-v2: running without huge pages for tensors: {err}", file=sys.stderr)
 
 
-async def _serve(settings: Settings) -> int:
+async def _serve(settings: Settings, group: ReplicaGroup | None = None) -> int:
     from kserve_v2.app import App  # after logging is configured; grpc.aio needs the running loop
 
     try:
-        app = App(settings)
+        app = App(settings, group)
     except RuntimeError as err:
         logging.getLogger("kserve_v2").error("cannot start: %s", err)
         return 1

@@ -6,6 +6,8 @@ load, unload), system and CUDA shared memory, trace settings and log settings (T
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.errors import InvalidInput, NotFound, Unavailable
 from kserve_v2.lifecycle import ModelLifecycle
@@ -36,7 +38,7 @@ class TritonExtensions:
 
     # ---- model repository ----------------------------------------------------------------
 
-    def repository_index(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
+    async def repository_index(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
         """Every model folder with its versions' states and reasons (``ready`` filters)."""
         response = pb.RepositoryIndexResponse()
         for row in self._manager.index(request.ready):
@@ -53,8 +55,8 @@ class TritonExtensions:
             InternalError: unknown model, or ``file:`` overrides that cannot be written ("failed to load
                 '<m>', failed to poll from model repository") -> INTERNAL.
         """
-        self._require_explicit()
-        await self._manager.load_requested(_model_name(request), request.parameters)
+        self.require_explicit()
+        await self._manager.load_requested(requested_model(request), request.parameters)
         return pb.RepositoryModelLoadResponse()
 
     async def repository_model_unload(self, request: pb.RepositoryModelUnloadRequest) -> pb.RepositoryModelUnloadResponse:
@@ -65,24 +67,29 @@ class TritonExtensions:
             Unavailable: control mode is not explicit (Triton's answer) -> UNAVAILABLE.
             InvalidInput: an unknown parameter -> INVALID_ARGUMENT.
         """
-        self._require_explicit()
+        self.require_explicit()
         for key, value in request.parameters.items():
             if key != "unload_dependents" or value.WhichOneof("parameter_choice") != "bool_param":
                 raise InvalidInput(f"Unrecognized unload parameter '{key}'")
         dependents = "unload_dependents" in request.parameters and request.parameters["unload_dependents"].bool_param
         if dependents:
-            await self._manager.unload_with_composing(_model_name(request))
+            await self._manager.unload_with_composing(requested_model(request))
         else:
-            await self._manager.unload(_model_name(request))
+            await self._manager.unload(requested_model(request))
         return pb.RepositoryModelUnloadResponse()
 
-    def _require_explicit(self) -> None:
-        if self._control_mode != "explicit":  # Triton's text in modes none and poll alike
+    def require_explicit(self) -> None:
+        """Refuse model control outside explicit mode.
+
+        Raises:
+            Unavailable: Triton's text, in modes none and poll alike -> UNAVAILABLE.
+        """
+        if self._control_mode != "explicit":
             raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
 
     # ---- system shared memory (Triton's extension) -------------------------------------------
 
-    def system_shared_memory_register(self, request: pb.SystemSharedMemoryRegisterRequest
+    async def system_shared_memory_register(self, request: pb.SystemSharedMemoryRegisterRequest
                                       ) -> pb.SystemSharedMemoryRegisterResponse:
         """Register a region (see ``SharedMemoryRegistry.register``).
 
@@ -113,7 +120,7 @@ class TritonExtensions:
                 name=region.name, key=region.key, offset=region.offset, byte_size=region.byte_size))
         return response
 
-    def system_shared_memory_unregister(self, request: pb.SystemSharedMemoryUnregisterRequest
+    async def system_shared_memory_unregister(self, request: pb.SystemSharedMemoryUnregisterRequest
                                         ) -> pb.SystemSharedMemoryUnregisterResponse:
         """Forget a region, or all of them (empty name).
 
@@ -155,7 +162,7 @@ class TritonExtensions:
         """Unregister one CUDA region or all of them: nothing is registered, so it succeeds (Triton)."""
         return pb.CudaSharedMemoryUnregisterResponse()
 
-    def trace_setting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
+    async def trace_setting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
         """Update (when settings are given) and answer the global or a model's trace settings
         (Triton's trace extension, ``TraceSettings``).
 
@@ -174,7 +181,7 @@ class TritonExtensions:
             response.settings[name].value.extend(value if isinstance(value, tuple) else [value])
         return response
 
-    def log_settings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
+    async def log_settings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
         """Update (when settings are given) and answer the log settings (Triton's logging
         extension, ``LogSettings``).
 
@@ -194,8 +201,13 @@ class TritonExtensions:
         return response
 
 
-def _model_name(request: pb.RepositoryModelLoadRequest | pb.RepositoryModelUnloadRequest) -> str:
+def requested_model(request: pb.RepositoryModelLoadRequest | pb.RepositoryModelUnloadRequest) -> str:
     """The model name; KServe's proto puts it in field 1 (Triton's repository_name) with no parameters."""
     if not request.model_name and request.repository_name and not request.parameters:
         return request.repository_name
     return request.model_name
+
+
+# builds the extensions of a service: (manager, control mode, shared memory, trace settings, log settings)
+ExtensionsFactory = Callable[[ModelLifecycle, str, SharedMemoryRegistry | None, TraceSettings, LogSettings],
+                             TritonExtensions]

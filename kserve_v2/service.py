@@ -28,7 +28,7 @@ from kserve_v2.codec.generated import request_from_message, response_to_message
 from kserve_v2.codec.messages import InferRequest, InferResponse
 from kserve_v2.decoupled import ResponseStream, Streamed
 from kserve_v2.errors import ErrorCode, InternalError, ServerError, Unsupported
-from kserve_v2.extensions import TritonExtensions
+from kserve_v2.extensions import ExtensionsFactory, TritonExtensions
 from kserve_v2.inference import decode_request
 from kserve_v2.lifecycle import ModelLifecycle
 from kserve_v2.local_calls import CALLERS, LocalCalls, check_callers
@@ -92,12 +92,15 @@ class InferenceService:
         budget: the request memory limits (``kserve_v2.budget``; the flags' defaults when None).
         offload: the pools heavy decoding and encoding run on (``kserve_v2.offload``; pools of its
             own when None), also ``offload`` for the REST routes.
+        extensions: builds ``extensions`` from the manager, control mode, shared memory, trace and
+            log settings (a replica among several builds ``kserve_v2.replicated.ReplicatedExtensions``).
     """
 
     def __init__(self, manager: ModelLifecycle, state: ServerState, server_name: str, control_mode: str,
                  metrics: InferenceMetrics | None = None, tracing: Tracing | None = None,
                  shared_memory: SharedMemoryRegistry | None = None, logs: LogSettings | None = None,
-                 budget: MemoryBudget | None = None, offload: Offload | None = None) -> None:
+                 budget: MemoryBudget | None = None, offload: Offload | None = None,
+                 extensions: ExtensionsFactory = TritonExtensions) -> None:
         self._memory = shared_memory
         self._budget = budget or MemoryBudget(Settings.max_request_decoded_bytes, Settings.request_memory_pool_bytes)
         self._manager = manager
@@ -106,8 +109,8 @@ class InferenceService:
         self._server_name = server_name
         self._metrics = metrics
         self.offload = offload or Offload()
-        self.extensions = TritonExtensions(manager, control_mode, shared_memory, self._tracing.settings,
-                                           logs or LogSettings(0))
+        self.extensions = extensions(manager, control_mode, shared_memory, self._tracing.settings,
+                                     logs or LogSettings(0))
         self.text = TextModels(manager, self.run_version)
         manager.step_runner = self.model_infer  # ensemble steps go through the one inference call
         self.calls = LocalCalls(self.model_infer_reported, self.model_stream)  # and so do the requests model code sends
@@ -174,7 +177,7 @@ class InferenceService:
         """
         return pb.ModelConfigResponse(config=self._manager.resolve(request.name, request.version).config)
 
-    def model_statistics(self, request: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
+    async def model_statistics(self, request: pb.ModelStatisticsRequest) -> pb.ModelStatisticsResponse:
         """Statistics of every READY version of every model, of one model, or of one version.
 
         Raises:

@@ -120,7 +120,7 @@ class Settings:
         ValueError: a value the server cannot start with, naming its flag: a model repository that
             is not a folder (unless ``exit_on_error`` is false), a mode outside its ``Literal``,
             ``load_models`` outside explicit mode, a poll interval, memory limit or metrics interval
-            that is not > 0, or a per-request memory limit above the pool.
+            that is not > 0, a per-request memory limit above the pool, or fewer than 1 worker.
     """
 
     model_repositories: tuple[Path, ...]
@@ -152,6 +152,7 @@ class Settings:
     trace_config: TraceConfig = TraceConfig()  # Triton's --trace-config, with --trace-otlp-endpoint folded in
     openai_token_ids: TokenIds = "tiktoken"
     api_key: str = ""  # the bearer token the semantic and OpenAI routes require ("" : none)
+    workers: int = 1  # replica processes behind the same ports (kserve_v2.supervisor); 1: this process serves
     grpc: GrpcSettings = GrpcSettings()
     http: HttpSettings = HttpSettings()
 
@@ -174,3 +175,5 @@ class Settings:
             raise ValueError("--max-request-decoded-bytes must be > 0 and at most --request-memory-pool-bytes")
         if self.metrics_interval_ms <= 0:
             raise ValueError("--metrics-interval-ms must be > 0")
+        if self.workers < 1:
+            raise ValueError("--workers must be a number >= 1, or 'auto'")

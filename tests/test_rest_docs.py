@@ -20,7 +20,9 @@ from starlette.routing import Route
 from transcoding.http_app import build_app
 from kserve_v2.status import StatusReporter
 registry = CollectorRegistry()  # metrics and status on, as the example server runs; unwrap the metrics middleware
-app = build_app(None, 1, registry, StatusReporter(None, registry, 0)).app
+async def status():
+    return StatusReporter(None, registry, 0).snapshot()
+app = build_app(None, 1, registry, status).app
 # "{model:path}" is "{model}" in OpenAPI
 print(sorted((re.sub(r":\\w+}", "}", r.path), m) for r in app.routes if isinstance(r, Route) for m in r.methods if m != "HEAD"))
 """

@@ -11,7 +11,7 @@ HTTP metrics wrap the whole application.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import swagger_ui_bundle
@@ -28,7 +28,6 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kserve_v2.service import InferenceService
-from kserve_v2.status import StatusReporter
 from transcoding.http_metrics import HttpMetrics, HttpMetricsMiddleware
 from transcoding.http_routes import Handler, guarded
 from transcoding.openai_embeddings import openai_routes
@@ -43,6 +42,8 @@ EXPOSED_HEADERS = (HEADER_LENGTH, "X-Trace-ID", "X-Total-Time", "X-Queue-Time", 
                    "X-Inference-Time", "X-Postprocessing-Time", "Retry-After")
 # the infer routes' paths, as Starlette's router matches {model} and {version} (no slash in either)
 _INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
+Exposition = Callable[[], Awaitable[CollectorRegistry]]  # the registry /metrics renders
+Snapshot = Callable[[], Awaitable[dict[str, Any]]]  # the status object of /ws/status
 # Swagger UI from the swagger-ui-bundle package's files: the page works with no network.
 DOCS_PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>kserve_v2 REST API</title>
@@ -54,29 +55,32 @@ DOCS_PAGE = """<!doctype html>
 
 
 def build_app(service: InferenceService, max_input_bytes: int, registry: CollectorRegistry | None = None,
-              reporter: StatusReporter | None = None, token_ids: str = "tiktoken",
-              cors_origins: Sequence[str] = ()) -> ASGIApp:
+              status: Snapshot | None = None, token_ids: str = "tiktoken", cors_origins: Sequence[str] = (),
+              exposition: Exposition | None = None) -> ASGIApp:
     """The ASGI application of every HTTP route: V2 (``V2Routes``), SIE (``transcoding.sie``),
     OpenAI (``transcoding.openai_embeddings``), docs, metrics and status.
 
     Args:
         service: the one request path.
         max_input_bytes: largest request body, after decompression (413 above it).
-        registry: the Prometheus registry to serve at /metrics and to record HTTP metrics in;
-            None when metrics are off.
-        reporter: the status object for /ws/status and the /status page (None: neither route).
+        registry: the Prometheus registry to record HTTP metrics in, and to serve at /metrics
+            unless ``exposition`` says otherwise; None when metrics are off.
+        status: gives the status object (``kserve_v2.status``) for /ws/status and the /status
+            page (None: neither route).
         token_ids: how /v1/embeddings reads token-id input (``transcoding.token_ids``).
         cors_origins: origins allowed to call from a browser (Fetch standard CORS, answered by
             Starlette's ``CORSMiddleware``; ``*`` any); empty: no CORS headers and preflights get 405.
+        exposition: gives the registry /metrics renders (every replica's, merged, with ``--workers``);
+            None: ``registry``.
     """
     v2 = V2Routes(service, max_input_bytes)
-    routes = [*v2.routes(), *docs_routes(openapi_document(metrics=registry is not None, status=reporter is not None)),
+    routes = [*v2.routes(), *docs_routes(openapi_document(metrics=registry is not None, status=status is not None)),
               *sie_routes(service, max_input_bytes), *openai_routes(service, max_input_bytes, token_ids),
               *rerank_routes(service, max_input_bytes)]
     if registry is not None:
-        routes.append(Route("/metrics", metrics_endpoint(registry), methods=["GET"]))
-    if reporter is not None:
-        routes += [WebSocketRoute("/ws/status", status_socket(reporter)), Route("/status", status_page, methods=["GET"])]
+        routes.append(Route("/metrics", metrics_endpoint(exposition or _fixed(registry)), methods=["GET"]))
+    if status is not None:
+        routes += [WebSocketRoute("/ws/status", status_socket(status)), Route("/status", status_page, methods=["GET"])]
     middleware = [Middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"], allow_headers=["*"],
                              expose_headers=list(EXPOSED_HEADERS))] if cors_origins else []
     app = Starlette(routes=routes, exception_handlers={HTTPException: _routing_error}, middleware=middleware)
@@ -130,18 +134,25 @@ class InferFirst:
         await self.app(scope, receive, send)
 
 
-def metrics_endpoint(registry: CollectorRegistry) -> Handler:
-    """GET /metrics: the registry in OpenMetrics when ``Accept`` asks for
+def metrics_endpoint(exposition: Exposition) -> Handler:
+    """GET /metrics: the registry ``exposition`` gives, in OpenMetrics when ``Accept`` asks for
     ``application/openmetrics-text``, else in the Prometheus text format (prometheus-client's own
     content negotiation, ``choose_encoder``)."""
 
     async def metrics(request: Request) -> Response:
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
-        return Response(encoder(registry), headers={"Content-Type": content_type})
+        return Response(encoder(await exposition()), headers={"Content-Type": content_type})
 
     return metrics
 
 
-def build_metrics_app(registry: CollectorRegistry) -> Starlette:
-    """The application of the metrics port: /metrics only."""
-    return Starlette(routes=[Route("/metrics", metrics_endpoint(registry), methods=["GET"])])
+def build_metrics_app(exposition: Exposition) -> Starlette:
+    """The application of the metrics port: /metrics only, rendering the registry ``exposition`` gives."""
+    return Starlette(routes=[Route("/metrics", metrics_endpoint(exposition), methods=["GET"])])
+
+
+def _fixed(registry: CollectorRegistry) -> Exposition:
+    async def exposition() -> CollectorRegistry:
+        return registry
+
+    return exposition

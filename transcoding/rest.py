@@ -120,7 +120,7 @@ class V2Routes:
     async def model_stats(self, request: Request) -> Response:
         """``GET /v2/models[/{model}[/versions/{version}]]/stats``."""
         name, version = request.path_params.get("model", ""), request.path_params.get("version", "")
-        stats = self.service.model_statistics(pb.ModelStatisticsRequest(name=name, version=version))
+        stats = await self.service.model_statistics(pb.ModelStatisticsRequest(name=name, version=version))
         return JSONResponse(message_to_json(stats))
 
     async def infer(self, request: Request) -> Response:
@@ -174,7 +174,7 @@ class V2Routes:
         """``POST /v2/repository/index``."""
         body = load_json(await read_body(request, self.max_input_bytes))
         ready = bool(body.get("ready", False)) if isinstance(body, dict) else False
-        index = self.service.extensions.repository_index(pb.RepositoryIndexRequest(ready=ready))
+        index = await self.service.extensions.repository_index(pb.RepositoryIndexRequest(ready=ready))
         rows = [{k: v for k, v in message_to_json(m).items() if v != "" or k == "name"} for m in index.models]
         return JSONResponse(rows)
 
@@ -210,7 +210,7 @@ class V2Routes:
                 isinstance(body.get(k, 0), int) and not isinstance(body.get(k, 0), bool) and 0 <= body.get(k, 0) < 2**64
                 for k in ("offset", "byte_size")):
             raise InvalidInput("the register body must be {\"key\": string, \"offset\": uint64, \"byte_size\": uint64}")
-        self.service.extensions.system_shared_memory_register(pb.SystemSharedMemoryRegisterRequest(
+        await self.service.extensions.system_shared_memory_register(pb.SystemSharedMemoryRegisterRequest(
             name=request.path_params["region"], key=body["key"], offset=body.get("offset", 0),
             byte_size=body.get("byte_size", 0)))
         return JSONResponse({})
@@ -218,7 +218,7 @@ class V2Routes:
     async def shm_unregister(self, request: Request) -> Response:
         """``POST /v2/systemsharedmemory[/region/{region}]/unregister``."""
         name = request.path_params.get("region", "")
-        self.service.extensions.system_shared_memory_unregister(pb.SystemSharedMemoryUnregisterRequest(name=name))
+        await self.service.extensions.system_shared_memory_unregister(pb.SystemSharedMemoryUnregisterRequest(name=name))
         return JSONResponse({})
 
 

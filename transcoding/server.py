@@ -18,6 +18,7 @@ import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kserve_v2.errors import RETRY_AFTER_S
+from kserve_v2.ports import shared_socket
 from transcoding.http_access import json_reply
 from transcoding.http_limits import ConnectionLimits, LimitedHttpToolsProtocol, protocol_class
 
@@ -49,12 +50,15 @@ class HttpServer:
         max_connections: connections (or requests in progress) beyond which requests get 503
             (uvicorn's ``limit_concurrency``).
         tls: serve HTTPS (mutual TLS when ``tls.mutual``); None: plain HTTP.
+        reuse_port: listen on a socket bound with ``SO_REUSEPORT``, sharing the port with the other
+            replicas of ``--workers`` (``kserve_v2.ports``).
     """
 
     def __init__(self, app: ASGIApp, address: str, port: int, exit_timeout_secs: int,
                  limits: ConnectionLimits | None = None, keepalive_timeout_s: float = 65.0,
-                 max_connections: int | None = None, tls: TlsFiles | None = None) -> None:
+                 max_connections: int | None = None, tls: TlsFiles | None = None, reuse_port: bool = False) -> None:
         self._app = app
+        self._shared = (address, port) if reuse_port else None
         # no proxy_headers: uvicorn would wrap the app to rewrite the client address from X-Forwarded-*
         # headers, which nothing here reads (no access log), at a cost on every request
         config = uvicorn.Config(app, host=address, port=port, log_level="warning", access_log=False,
@@ -75,7 +79,11 @@ class HttpServer:
         Raises:
             RuntimeError: the address could not be bound.
         """
-        self._task = asyncio.get_running_loop().create_task(self._server.serve())
+        try:
+            sockets = None if self._shared is None else [shared_socket(*self._shared)]
+        except OSError as err:
+            raise RuntimeError(f"the HTTP server could not bind {self._shared}: {err}") from err
+        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets))
         while not self._server.started:
             if self._task.done():
                 raise RuntimeError("the HTTP server could not start (is the port in use?)")

@@ -9,24 +9,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from kserve_v2.status import StatusReporter
-
 INTERVAL_SECS = 0.2
 
 
-def status_socket(reporter: StatusReporter) -> Callable[[WebSocket], Awaitable[None]]:
-    """The /ws/status endpoint: sends ``reporter.snapshot()`` every 200 ms until the client leaves."""
+def status_socket(snapshot: Callable[[], Awaitable[dict[str, Any]]]) -> Callable[[WebSocket], Awaitable[None]]:
+    """The /ws/status endpoint: sends ``await snapshot()`` (``kserve_v2.status.StatusReporter``'s
+    object, of every replica with ``--workers``) every 200 ms until the client leaves."""
 
     async def endpoint(websocket: WebSocket) -> None:
         await websocket.accept()
         try:
             while True:
-                await websocket.send_json(reporter.snapshot())
+                await websocket.send_json(await snapshot())
                 await asyncio.sleep(INTERVAL_SECS)
         except (WebSocketDisconnect, OSError, RuntimeError):
             return  # the client went away, or the server is shutting down

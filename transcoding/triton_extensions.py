@@ -42,7 +42,7 @@ def extension_routes(service: InferenceService, max_input_bytes: int, wrap: Call
         message = pb.TraceSettingRequest(model_name=request.path_params.get("model", ""))
         for name, value in (await body_object(request)).items():
             message.settings[name].value.extend(_trace_values(name, value))
-        answer = service.extensions.trace_setting(message)
+        answer = await service.extensions.trace_setting(message)
         return JSONResponse({name: list(v.value) if name == "trace_level" else (v.value[0] if v.value else "")
                              for name, v in answer.settings.items()})
 
@@ -51,7 +51,7 @@ def extension_routes(service: InferenceService, max_input_bytes: int, wrap: Call
         for name, value in (await body_object(request)).items():
             if value is not None:  # Triton skips null settings
                 _log_value(message.settings[name], name, value)
-        answer = service.extensions.log_settings(message)
+        answer = await service.extensions.log_settings(message)
         return JSONResponse({name: getattr(v, v.WhichOneof("parameter_choice")) for name, v in answer.settings.items()})
 
     async def cuda_status(request: Request) -> Response:

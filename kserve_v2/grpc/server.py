@@ -21,9 +21,11 @@ MAX_MESSAGE_BYTES = 2**31 - 1
 SERVICE_NAME = SERVICE
 
 
-def build_server(service: InferenceService, settings: Settings
+def build_server(service: InferenceService, settings: Settings, reuse_port: bool = False
                  ) -> tuple[grpc.aio.Server, DrainingHealthServicer, Servicer, int]:
     """Create the server and bind its port (not started): TLS or mTLS and restricted groups as set.
+    ``reuse_port``: bind with ``SO_REUSEPORT``, sharing the port with the other replicas of
+    ``--workers`` (off otherwise, so that no other server can share it unnoticed).
 
     Returns:
         (server, health servicer, inference servicer, bound port) - the port differs from the
@@ -43,7 +45,7 @@ def build_server(service: InferenceService, settings: Settings
         ("grpc.http2.max_pings_without_data", grpc_settings.http2_max_pings_without_data),
         ("grpc.http2.min_recv_ping_interval_without_data_ms", grpc_settings.http2_min_recv_ping_interval_without_data),
         ("grpc.http2.max_ping_strikes", grpc_settings.http2_max_ping_strikes),
-        ("grpc.so_reuseport", 0),
+        ("grpc.so_reuseport", int(reuse_port)),
     ]
     restrictions = parse_restrictions(grpc_settings.restricted_protocol, "grpc-restricted-protocol")
     interceptors = [RestrictedProtocolInterceptor(restrictions)] if restrictions else []  # none: no per-call cost

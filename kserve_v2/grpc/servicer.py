@@ -88,10 +88,10 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         return self._service.model_config(request)
 
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Context) -> pb.ModelStatisticsResponse:
-        return self._service.model_statistics(request)
+        return await self._service.model_statistics(request)
 
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Context) -> pb.RepositoryIndexResponse:
-        return self._service.extensions.repository_index(request)
+        return await self._service.extensions.repository_index(request)
 
     async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest, context: Context) -> pb.RepositoryModelLoadResponse:
         return await self._service.extensions.repository_model_load(request)
@@ -103,10 +103,10 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         return self._service.extensions.system_shared_memory_status(request)
 
     async def SystemSharedMemoryRegister(self, request: pb.SystemSharedMemoryRegisterRequest, context: Context) -> pb.SystemSharedMemoryRegisterResponse:
-        return self._service.extensions.system_shared_memory_register(request)
+        return await self._service.extensions.system_shared_memory_register(request)
 
     async def SystemSharedMemoryUnregister(self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context) -> pb.SystemSharedMemoryUnregisterResponse:
-        return self._service.extensions.system_shared_memory_unregister(request)
+        return await self._service.extensions.system_shared_memory_unregister(request)
 
     async def CudaSharedMemoryStatus(self, request: pb.CudaSharedMemoryStatusRequest, context: Context) -> pb.CudaSharedMemoryStatusResponse:
         return self._service.extensions.cuda_shared_memory_status(request)
@@ -118,10 +118,10 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         return self._service.extensions.cuda_shared_memory_unregister(request)
 
     async def TraceSetting(self, request: pb.TraceSettingRequest, context: Context) -> pb.TraceSettingResponse:
-        return self._service.extensions.trace_setting(request)
+        return await self._service.extensions.trace_setting(request)
 
     async def LogSettings(self, request: pb.LogSettingsRequest, context: Context) -> pb.LogSettingsResponse:
-        return self._service.extensions.log_settings(request)
+        return await self._service.extensions.log_settings(request)
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[bytes], context: Context) -> AsyncIterator[bytes]:
         """Run a stream's requests concurrently (up to STREAM_WINDOW) and send each result as it completes;

@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 from kserve_v2.errors import ServerError
@@ -42,20 +42,34 @@ def _files(dirs: list[Path]) -> Iterator[tuple[str, int, int]]:
                 yield str(path.relative_to(folder)), stat.st_size, stat.st_mtime_ns
 
 
-async def poll(manager: ModelManager, repositories: list[Path], interval_secs: float, previous: Snapshot) -> None:
-    """Run forever (until cancelled), applying each change found on disk."""
+async def follow(manager: ModelManager, name: str, present: bool) -> None:
+    """Apply one change found on disk: load (or reload) a model folder that appeared or changed,
+    unload and forget one that disappeared. A failed load is logged and leaves its reason in the
+    versions' states."""
+    if present:
+        try:
+            await manager.load(name)
+        except ServerError:
+            pass  # logged by load; the versions carry the reason
+        return
+    await manager.unload(name)
+    manager.forget(name)
+
+
+# applies one change: (model name, whether its folder is there) - ``follow`` on one manager, or on every replica
+Apply = Callable[[str, bool], Awaitable[None]]
+
+
+async def poll(apply: Apply, repositories: list[Path], interval_secs: float, previous: Snapshot) -> None:
+    """Run forever (until cancelled), applying each change found on disk with ``apply``."""
     while True:
         await asyncio.sleep(interval_secs)
         current = await asyncio.to_thread(snapshot, repositories)
         for name in sorted(current):
             if current[name] != previous.get(name):
                 log.info("poll: model folder '%s' %s", name, "changed" if name in previous else "appeared")
-                try:
-                    await manager.load(name)
-                except ServerError:
-                    pass  # logged by load; the versions carry the reason
+                await apply(name, True)
         for name in sorted(set(previous) - set(current)):
             log.info("poll: model folder '%s' disappeared", name)
-            await manager.unload(name)
-            manager.forget(name)
+            await apply(name, False)
         previous = current

@@ -155,7 +155,7 @@ def test_a_request_runs_through_the_one_path_and_is_counted() -> None:
     assert (response.model_name, response.model_version, response.outputs[0].name) == ("double", "1", "OUTPUT0")
     assert np.frombuffer(response.raw_output_contents[0], "<i4").tolist() == [0, 2, 4, 6, 8, 10]
     assert (report.batch_size, report.executions) == (3, 1) and report.total_ns >= report.compute_infer_ns
-    [stats] = inference.model_statistics(pb.ModelStatisticsRequest(name="double")).model_stats
+    [stats] = asyncio.run(inference.model_statistics(pb.ModelStatisticsRequest(name="double"))).model_stats
     assert (stats.inference_count, stats.execution_count, stats.inference_stats.success.count) == (3, 1, 1)
     assert [b.batch_size for b in stats.batch_stats] == [3]
     labels = {"model": "double", "version": "1"}
