@@ -57,18 +57,20 @@ def merge_statistics(responses: Sequence[pb.ModelStatisticsResponse]) -> pb.Mode
     return merged
 
 
-def _add(into: Message, other: Message) -> None:
+def _add(into: Message, other: Message, keys: tuple[str, ...] = ()) -> None:
     """Add ``other``'s numbers to ``into``'s (the same message type): counts and durations sum,
-    ``last_inference`` takes the latest, repeated entries and map values match by their keys."""
+    ``last_inference`` takes the latest, repeated entries and map values match by their keys
+    (``keys``: the fields that matched them, kept as they are)."""
     for field, value in other.ListFields():
         target = getattr(into, field.name)
         if field.type != FieldDescriptor.TYPE_MESSAGE:
-            if field.label != FieldDescriptor.LABEL_REPEATED and isinstance(value, int | float) and not isinstance(value, bool):
+            if field.name not in keys and not field.is_repeated and isinstance(value, int | float) and not isinstance(
+                    value, bool):
                 setattr(into, field.name, max(target, value) if field.name in _LATEST else target + value)
         elif field.message_type.GetOptions().map_entry:
             for key, entry in value.items():
                 _add(target[key], entry)
-        elif field.label == FieldDescriptor.LABEL_REPEATED:
+        elif field.is_repeated:
             names = _STAT_KEYS.get(field.name, ())
             known = {tuple(getattr(e, n) for n in names): e for e in target}
             for entry in value:
@@ -76,7 +78,7 @@ def _add(into: Message, other: Message) -> None:
                 if match is None:
                     target.add().CopyFrom(entry)
                 else:
-                    _add(match, entry)
+                    _add(match, entry, names)
         else:
             _add(target, value)
 

@@ -127,12 +127,16 @@ class Link:
         self._ids = itertools.count()
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._writer: asyncio.StreamWriter | None = None
+        self._early: list[bytes] | None = []  # sent before the connection was up; None once it is
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def run(self, sock: socket.socket) -> None:
         """Read and dispatch messages until the other end closes; requests still waiting then fail
         with ``Unavailable``."""
         reader, self._writer = await asyncio.open_connection(sock=sock, limit=2**20)
+        for frame in self._early or ():
+            self._writer.write(frame)
+        self._early = None
         try:
             while True:
                 try:
@@ -187,10 +191,13 @@ class Link:
         self._send((_NOTICE, kind, payload))
 
     def _send(self, message: tuple[Any, ...]) -> None:
-        if self._writer is None or self._writer.is_closing():
-            raise Unavailable("the replica link is closed")
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        self._writer.write(_HEADER.pack(len(data)) + data)
+        if self._early is not None:  # ``run`` has not connected yet: it sends these first
+            self._early.append(_HEADER.pack(len(data)) + data)
+        elif self._writer is None or self._writer.is_closing():
+            raise Unavailable("the replica link is closed")
+        else:
+            self._writer.write(_HEADER.pack(len(data)) + data)
 
 
 class ReplicaGroup:
