@@ -58,6 +58,7 @@ fuzz: venv
 bench: venv
 	$(BIN)/python benchmarks/perf.py
 	$(BIN)/python benchmarks/compare.py
+	$(BIN)/python benchmarks/workers.py
 	$(BIN)/python benchmarks/text_peers.py
 
 clean:

@@ -6,7 +6,9 @@ and for `identity_fp32` a response whose one raw output is the request's raw inp
 no validation, no metrics). ModelMetadata and ModelConfig answer from the example repository's
 config.pbtxt so perf_analyzer can drive it. What our server costs above this is our own code.
 
-Usage: python benchmarks/ceiling_grpc.py --port N --repository examples/model_repository
+``--workers N`` runs N such processes on the port (``SO_REUSEPORT``), as ``kserve-v2 --workers N`` does.
+
+Usage: python benchmarks/ceiling_grpc.py --port N --repository examples/model_repository [--workers N]
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from google.protobuf import text_format
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import grpc_service_pb2_grpc as pb_grpc
 from kserve_v2._proto import model_config_pb2 as mc
+from processes import fork_workers  # sibling module
 
 MODELS = ("simple", "identity_fp32")
 DTYPES = {mc.TYPE_INT32: "INT32", mc.TYPE_FP32: "FP32"}
@@ -92,9 +95,10 @@ class Ceiling(pb_grpc.GRPCInferenceServiceServicer):
         return response
 
 
-async def serve(port: int, repository: Path) -> None:
+async def serve(port: int, repository: Path, shared: bool = False) -> None:
     server = grpc.aio.server(options=[("grpc.max_send_message_length", 2**31 - 1),
-                                      ("grpc.max_receive_message_length", 2**31 - 1), ("grpc.so_reuseport", 0)])
+                                      ("grpc.max_receive_message_length", 2**31 - 1),
+                                      ("grpc.so_reuseport", int(shared))])
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(Ceiling(repository), server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
@@ -106,8 +110,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--repository", type=Path, required=True)
+    parser.add_argument("--workers", type=int, default=1, help="processes sharing the port")
     args = parser.parse_args()
-    uvloop.run(serve(args.port, args.repository))
+    fork_workers(args.workers)
+    uvloop.run(serve(args.port, args.repository, shared=args.workers > 1))
 
 
 if __name__ == "__main__":

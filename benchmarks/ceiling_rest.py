@@ -7,7 +7,9 @@ answer prepared JSON so perf_analyzer can drive it; statistics give the number o
 answered as the success count (``cpu_per_request.py`` divides by it). No routing table,
 middleware or validation.
 
-Usage: python benchmarks/ceiling_rest.py --port N --repository examples/model_repository
+``--workers N`` runs N such processes on the port (``SO_REUSEPORT``), as ``kserve-v2 --workers N`` does.
+
+Usage: python benchmarks/ceiling_rest.py --port N --repository examples/model_repository [--workers N]
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import uvicorn
 from ceiling_grpc import configs, metadata  # sibling module
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.json_pb import message_to_json
+from processes import fork_workers  # sibling module
 
 JSON = [(b"content-type", b"application/json")]
 
@@ -91,10 +94,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--repository", type=Path, required=True)
+    parser.add_argument("--workers", type=int, default=1, help="processes sharing the port")
     args = parser.parse_args()
+    from kserve_v2.ports import shared_socket  # here: benchmarks/in_process.py imports this module with older checkouts
+
+    fork_workers(args.workers)
     print(f"ceiling REST listening on 127.0.0.1:{args.port}", flush=True)
-    uvicorn.run(application(prepared(args.repository)), host="127.0.0.1", port=args.port, http="httptools",
-                loop="uvloop", lifespan="off", log_level="warning", access_log=False)
+    config = uvicorn.Config(application(prepared(args.repository)), http="httptools", loop="uvloop", lifespan="off",
+                            log_level="warning", access_log=False)
+    uvicorn.Server(config).run(sockets=[shared_socket("127.0.0.1", args.port)])
 
 
 if __name__ == "__main__":

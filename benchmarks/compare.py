@@ -113,8 +113,8 @@ def start_mlserver(folder: Path, log: Path) -> tuple[list[subprocess.Popen], dic
     return [proc], ports
 
 
-def start_ceiling(work: Path) -> tuple[list[subprocess.Popen], dict[str, int]]:
-    """Both ceiling servers (gRPC and REST), each its own process."""
+def start_ceiling(work: Path, workers: int = 1) -> tuple[list[subprocess.Popen], dict[str, int]]:
+    """Both ceiling servers (gRPC and REST), each its own process (``workers`` processes on its port)."""
     ports = {"grpc": _free_port(), "http": _free_port()}
     # the allocator setting `kserve-v2` starts itself with (kserve_v2/allocator.py), so the stack compares alike
     env = {**(huge_page_environment(os.environ, *this_host()) or os.environ),
@@ -122,15 +122,17 @@ def start_ceiling(work: Path) -> tuple[list[subprocess.Popen], dict[str, int]]:
     procs = []
     for protocol in ("grpc", "http"):
         script = HERE / ("ceiling_grpc.py" if protocol == "grpc" else "ceiling_rest.py")
-        log = work / f"ceiling-{protocol}.log"
+        log = work / f"ceiling-{protocol}-{workers}.log"
         procs.append(subprocess.Popen([sys.executable, str(script), "--port", str(ports[protocol]), "--repository",
-                                       str(EXAMPLES)], stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env))
-    wait_http(procs[1], f"http://127.0.0.1:{ports['http']}/v2/health/ready", work / "ceiling-http.log", "ceiling REST")
-    for _ in range(600):  # the gRPC ceiling prints its line once its port is open
-        if "listening" in (work / "ceiling-grpc.log").read_text():
+                                       str(EXAMPLES), "--workers", str(workers)], stdout=open(log, "w"),
+                                      stderr=subprocess.STDOUT, env=env))
+    wait_http(procs[1], f"http://127.0.0.1:{ports['http']}/v2/health/ready", work / f"ceiling-http-{workers}.log",
+              "ceiling REST")
+    for _ in range(600):  # the gRPC ceiling prints its line once its port is open (each of its processes)
+        if (work / f"ceiling-grpc-{workers}.log").read_text().count("listening") >= workers:
             return procs, ports
         time.sleep(0.1)
-    sys.exit(f"ceiling gRPC did not start:\n{(work / 'ceiling-grpc.log').read_text()[-3000:]}")
+    sys.exit(f"ceiling gRPC did not start:\n{(work / f'ceiling-grpc-{workers}.log').read_text()[-3000:]}")
 
 
 def start_triton(env: Path, work: Path) -> tuple[list[subprocess.Popen], dict[str, int]]:

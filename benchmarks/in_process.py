@@ -1,11 +1,13 @@
 """CPU time of one request through our own code, in-process: no network, no load generator.
 
-Three measurements, each the process CPU time of many calls divided by their number:
+Four measurements, each the process CPU time of many calls divided by their number:
 - grpc: what the gRPC server runs of ours per request: ModelInfer's handler as it is registered
   (its deserializer when it has one, the servicer, its serializer when it has one) on the bytes
   perf_analyzer sends;
 - rest: the REST ASGI application (``transcoding.http_app.build_app``, metrics on) answering
   ``POST /v2/models/simple/infer`` with a JSON body, without uvicorn;
+- bare: the do-nothing ASGI app of ``ceiling_rest.py`` (reads the body, ``json.loads`` it, sends a
+  prepared answer) with the same request, the floor of any REST app in this harness;
 - identity: the gRPC handler on a 16 MiB FP32 request to an identity model (ms of CPU a request,
   every thread: large requests are decoded and encoded on the decode thread pool; the example
   repository's ``identity_fp32``).
@@ -44,6 +46,7 @@ IDENTITY_ELEMENTS = 4 << 20  # 16 MiB of FP32
 async def _measure(source: Path, requests: int) -> dict[str, float]:
     """µs of CPU per call of each path, with the code of ``source`` (already first on sys.path)."""
     import numpy as np
+    from ceiling_rest import application, prepared
     from prometheus_client import CollectorRegistry
 
     from kserve_v2._proto import grpc_service_pb2 as pb
@@ -110,9 +113,28 @@ async def _measure(source: Path, requests: int) -> dict[str, float]:
 
         await app(scope, receive, send)
 
+    bare = application(prepared(source / "examples" / "model_repository"))
+
+    async def bare_call() -> None:
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/v2/models/simple/infer", "raw_path": b"/v2/models/simple/infer",
+                 "query_string": b"", "root_path": "", "headers": headers, "client": ("127.0.0.1", 1),
+                 "server": ("127.0.0.1", 8000)}
+        messages = [{"type": "http.request", "body": BODY, "more_body": False}]
+
+        async def receive() -> dict[str, object]:
+            return messages.pop() if messages else {"type": "http.disconnect"}
+
+        async def send(_: dict[str, object]) -> None:
+            pass
+
+        await bare(scope, receive, send)
+
     results = {}
+    half = max(requests // 2, 1)
     for label, call, count, warm, unit in (("grpc", grpc_call, requests, WARM_UP, 1e6),
-                                           ("rest", rest_call, max(requests // 2, 1), WARM_UP, 1e6),
+                                           ("rest", rest_call, half, WARM_UP, 1e6),
+                                           ("bare", bare_call, half, WARM_UP, 1e6),
                                            ("identity", identity_call, max(requests // 1000, 2), 3, 1e3)):
         for _ in range(warm):
             await call()
@@ -189,12 +211,14 @@ def main() -> None:
     for _ in range(rounds):
         for label, source in sources.items():
             figures[label].append(_round(source, requests))
-    print("| source | gRPC handler, us / request | REST app, us / request | gRPC identity 16 MiB, ms / request |")
-    print("|---|---|---|---|")
+    print("| source | gRPC handler, us / request | REST app, us / request | bare ASGI app, us / request "
+          "| REST app / bare app | gRPC identity 16 MiB, ms / request |")
+    print("|---|---|---|---|---|---|")
     for label, values in figures.items():
         cells = [f"{statistics.median(v[path] for v in values):.1f} (rounds: "
-                 f"{', '.join(f'{v[path]:.1f}' for v in values)})" for path in ("grpc", "rest", "identity")]
-        print(f"| {label} | {' | '.join(cells)} |")
+                 f"{', '.join(f'{v[path]:.1f}' for v in values)})" for path in ("grpc", "rest", "bare", "identity")]
+        ratio = statistics.median(v["rest"] / v["bare"] for v in values)
+        print(f"| {label} | {cells[0]} | {cells[1]} | {cells[2]} | {ratio:.1f} | {cells[3]} |")
 
 
 if __name__ == "__main__":

@@ -89,10 +89,10 @@ def tensor_window(tensor_bytes: int, seconds: float) -> int | None:
 
 def run(tool: str, ports: dict[str, int], model: str, concurrency: int, seconds: float, shape: str | None,
         workdir: Path, protocol: str = "grpc", tensor_format: str | None = None, shm_bytes: int = 0,
-        stability: int = 25, window_requests: int | None = None) -> dict[str, float]:
+        stability: int = 25, window_requests: int | None = None, env: dict[str, str] | None = None) -> dict[str, float]:
     """One perf_analyzer measurement: infer/s and p50/p99 latency in ms (``stability``: percent, a
     large value takes the first three windows as they are; ``window_requests``: windows of that many
-    requests instead of ``seconds``)."""
+    requests instead of ``seconds``; ``env``: perf_analyzer's environment, this process's by default)."""
     report = workdir / f"{protocol}-{model}-{concurrency}-{shape or 'default'}-{tensor_format}-{shm_bytes}.csv".replace(":", "_")
     windows = (["--measurement-interval", str(int(seconds * 1000))] if window_requests is None else
                ["--measurement-mode", "count_windows", "--measurement-request-count", str(window_requests)])
@@ -104,7 +104,7 @@ def run(tool: str, ports: dict[str, int], model: str, concurrency: int, seconds:
         command += ["--input-tensor-format", tensor_format, "--output-tensor-format", tensor_format]
     if shm_bytes:
         command += ["--shared-memory", "system", "--output-shared-memory-size", str(shm_bytes)]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
     with open(report) as f:
         row = next(csv.DictReader(f))
     return {"infer/s": float(row["Inferences/Second"]), "p50 ms": float(row["p50 latency"]) / 1000,

@@ -9,10 +9,13 @@ the JSON worker process's own peak beside it once it exists.
 
 Attacks: the largest legal JSON body (FP32, just under --http-max-input-size), a 64 MiB binary
 REST body, a flood of zero-length BYTES elements over gRPC (legal, and one over the memory
-limit), a region shrunk after registration, 5,000 unload calls for unknown names, and a soak of
-`simple` at concurrency 16 (RSS growth and errors).
+limit), a region shrunk after registration, 5,000 unload calls for unknown names, a model control
+storm (a model loaded and unloaded over and over while fresh connections infer on it and on
+`simple`: wrong answers, and whether every replica ends with the same models), and a soak of
+`simple` at concurrency 16 (RSS growth and errors). ``--workers N`` runs the server with N replicas
+(the RSS figures are then the supervisor's).
 
-Usage: python benchmarks/storm.py [--seconds 20] [--smoke]
+Usage: python benchmarks/storm.py [--seconds 20] [--smoke] [--workers N]
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +45,11 @@ from perf import ROOT, start_server
 
 EXAMPLES = ROOT / "examples" / "model_repository"
 PROBE_EVERY_S = 0.02
+STORMED = "storm_simple"
+SIMPLE_BODY = json.dumps({"inputs": [
+    {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
+    {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}]}).encode()
+FRESH = 12  # fresh connections that must all agree at the end (each may reach any replica)
 
 
 def identity(onnx_type: int) -> onnx.ModelProto:
@@ -56,6 +65,10 @@ def repository(root: Path) -> Path:
     repo = root / "repo"
     repo.mkdir()
     (repo / "simple").symlink_to(EXAMPLES / "simple")
+    (repo / STORMED / "1").mkdir(parents=True)  # `simple` under another name, loaded and unloaded by control_storm
+    (repo / STORMED / "1" / "model.onnx").symlink_to(EXAMPLES / "simple" / "1" / "model.onnx")
+    (repo / STORMED / "config.pbtxt").write_text(
+        (EXAMPLES / "simple" / "config.pbtxt").read_text().replace('name: "simple"', f'name: "{STORMED}"'))
     for name, kind in (("identity_fp32", TensorProto.FLOAT), ("identity_bytes", TensorProto.STRING)):
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "1" / "model.onnx").write_bytes(identity(kind).SerializeToString())
@@ -240,6 +253,61 @@ def unload_storm(ports: dict[str, int], names: int) -> str:
     return f"{names:,} unknown names unloaded"
 
 
+def _fresh(port: int, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+    """One request on a connection of its own (urllib opens one per request): status and body."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method="POST" if body else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def control_storm(ports: dict[str, int], seconds: float) -> str:
+    """Two clients load and unload ``STORMED`` over and over while four infer on it and on `simple`,
+    each request on a fresh connection; then the model is loaded, and unloaded, once more and
+    ``FRESH`` fresh connections must all see each. Wrong: a 200 whose outputs are not INPUT0 + INPUT1."""
+    deadline = time.monotonic() + seconds
+    counts = {"ok": 0, "wrong": 0, "refused": 0, "other errors": 0, "loads": 0, "unloads": 0}
+    lock = threading.Lock()
+
+    def count(key: str) -> None:
+        with lock:
+            counts[key] += 1
+
+    def control() -> None:
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}")
+        while time.monotonic() < deadline:
+            for action, key in ((client.load_model, "loads"), (client.unload_model, "unloads")):
+                try:
+                    action(STORMED)
+                    count(key)
+                except Exception:  # noqa: BLE001 - counted
+                    count("other errors")
+
+    def infer() -> None:
+        while time.monotonic() < deadline:
+            for model in (STORMED, "simple"):
+                status, body = _fresh(ports["http"], f"/v2/models/{model}/infer", SIMPLE_BODY)
+                if status == 200:
+                    right = json.loads(body)["outputs"][0]["data"] == list(range(1, 17))
+                    count("ok" if right else "wrong")
+                else:  # only the stormed model may be away (not loaded, unloading: 400 / 404 / 503)
+                    count("refused" if model == STORMED and status in (400, 404, 503) else "other errors")
+
+    with ThreadPoolExecutor(6) as pool:
+        for done in [pool.submit(control) for _ in range(2)] + [pool.submit(infer) for _ in range(4)]:
+            done.result()
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}")
+    client.load_model(STORMED)
+    loaded = sum(_fresh(ports["http"], f"/v2/models/{STORMED}/ready")[0] == 200 for _ in range(FRESH))
+    client.unload_model(STORMED)
+    unloaded = sum(_fresh(ports["http"], f"/v2/models/{STORMED}/ready")[0] == 400 for _ in range(FRESH))
+    return (f"{counts['ok']:,} right answers, {counts['wrong']} wrong, {counts['refused']:,} refused while away, "
+            f"{counts['other errors']} other errors; {counts['loads']} loads, {counts['unloads']} unloads; then "
+            f"loaded on {loaded}/{FRESH} and unloaded on {unloaded}/{FRESH} fresh connections")
+
+
 def soak(ports: dict[str, int], seconds: float) -> str:
     errors, done = 0, 0
     deadline = time.monotonic() + seconds
@@ -268,6 +336,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=20, help="soak length")
     parser.add_argument("--smoke", action="store_true", help="small sizes, short soak (CI)")
+    parser.add_argument("--workers", default="1", help="the server's --workers")
     args = parser.parse_args()
     scale = 16 if args.smoke else 1
     max_bytes = 64 * 2**20 // scale
@@ -275,7 +344,7 @@ def main() -> None:
         repo = repository(Path(tmp))
         proc, ports = start_server(repo, Path(tmp) / "server.log", "--model-control-mode", "explicit",
                                    "--load-model", "*", "--allow-client-shm", "true",
-                                   "--http-max-input-size", str(max_bytes))
+                                   "--http-max-input-size", str(max_bytes), "--workers", args.workers)
         try:
             pid = proc.pid
             print("| case | time | outcome | probes | peak RSS growth |\n|---|---|---|---|---|")
@@ -286,6 +355,7 @@ def main() -> None:
             case("BYTES flood, 4M elements (gRPC)", pid, ports, "http", bytes_flood(ports, 4_000_000 // scale))
             case("shared memory shrunk after register", pid, ports, "http", lambda: shrink_attack(ports))
             case("unload storm, unknown names", pid, ports, "http", lambda: unload_storm(ports, 5000 // scale))
+            case("model control storm", pid, ports, "grpc", lambda: control_storm(ports, args.seconds / (4 if args.smoke else 2)))
             before = status_kib(pid, "VmRSS")
             case("soak simple c=16 (gRPC)", pid, ports, "http", lambda: soak(ports, args.seconds / (4 if args.smoke else 1)))
             print(f"\nRSS after soak vs before: {(status_kib(pid, 'VmRSS') - before) / 1024:+.1f} MiB; "

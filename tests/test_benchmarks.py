@@ -58,9 +58,31 @@ def test_storm_harness_prints_its_table() -> None:
                           text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and not line.startswith("| case")]
-    assert len(rows) == 8 and all("errors 0" in row for row in rows), done.stdout
+    assert len(rows) == 9 and all("errors 0" in row for row in rows), done.stdout
     assert "StatusCode.INVALID_ARGUMENT" in next(r for r in rows if "shrunk" in r)
+    control = next(r for r in rows if "model control storm" in r)
+    assert " 0 wrong" in control and " 0 other errors" in control and "12/12 and unloaded on 12/12" in control
     assert "server alive: True" in done.stdout
+
+
+def test_workers_harness_prints_its_table() -> None:
+    """benchmarks/workers.py --smoke: ours with 1 and 2 workers and the ceilings with 1 and 2 processes in
+    every row (Triton only when its environment is cached), the footprint of each worker count, and a
+    model control storm on 2 workers with no wrong answer that leaves every replica alike."""
+    perf_analyzer()  # or skip, saying why
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "workers.py"), "--smoke", "--triton-if-cached"],
+                          capture_output=True, text=True, timeout=1500, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.split("|")[1:-1]] for line in done.stdout.splitlines()
+                                              if line.startswith(("| grpc", "| http")))}
+    assert len(rows) == 6 and any("connection per context" in label for label in rows), done.stdout
+    for label, (ours2, ours1, triton, ceiling2, ceiling1, *_ratios) in rows.items():
+        for cell in (ours2, ours1, ceiling2, ceiling1):
+            assert cell.split(" (")[0].endswith("infer/s"), (label, cell)
+        assert triton == "-" or triton.split(" (")[0].endswith("infer/s"), (label, triton)
+        assert float(_ratios[2]) > 0  # ours w2 / ours w1
+    assert "| 1 | " in done.stdout and "| 2 | " in done.stdout and "PSS" in done.stdout
+    assert " 0 wrong" in done.stdout and "loaded on 12/12 and unloaded on 12/12" in done.stdout
 
 
 def test_memory_harness_prints_its_table() -> None:
@@ -87,15 +109,16 @@ def test_cpu_per_request_harness_prints_its_table() -> None:
 
 
 def test_in_process_harness_prints_its_table() -> None:
-    """benchmarks/in_process.py --smoke: the gRPC handler's and the REST application's CPU per request,
-    from real calls on the example `simple` model (the REST app must have answered 200), and the gRPC
-    handler's on a 16 MiB identity request."""
+    """benchmarks/in_process.py --smoke: the gRPC handler's, the REST application's and the bare ASGI
+    app's CPU per request, from real calls on the example `simple` model (the REST app must have answered
+    200), their ratio, and the gRPC handler's on a 16 MiB identity request."""
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "in_process.py"), "--smoke"], capture_output=True,
                           text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in done.stdout.splitlines()
             if line.startswith("| this checkout")]
     assert len(rows) == 1, done.stdout
-    _, grpc_us, rest_us, identity_ms = rows[0]
+    _, grpc_us, rest_us, bare_us, ratio, identity_ms = rows[0]
     assert float(grpc_us.split(" (")[0]) > 0 and float(rest_us.split(" (")[0]) > 0
+    assert float(bare_us.split(" (")[0]) > 0 and float(ratio) > 0
     assert float(identity_ms.split(" (")[0]) > 0
