@@ -140,6 +140,8 @@ def test_overlays_differ_where_they_should() -> None:
     assert "nvidia.com/gpu" not in cpu["resources"]["limits"]
     assert gpu["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert gpu["startupProbe"]["failureThreshold"] > cpu["startupProbe"]["failureThreshold"]
+    # a replica per CPU of the limit on CPU pods; one on GPU pods (each replica would hold its own GPU copies)
+    assert "--workers=auto" in cpu["args"] and "--workers=1" in gpu["args"] and "--workers=auto" not in gpu["args"]
     for container in (cpu, gpu):
         assert container["resources"]["requests"] and container["resources"]["limits"]
 
