@@ -87,7 +87,8 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
     served = app if cors_origins else InferFirst(app, guarded(v2.infer, v2_error))  # with CORS, every request goes through it
     if registry is None:
         return served
-    return HttpMetricsMiddleware(served, HttpMetrics(registry), app.routes, lambda name: service.has_model(name))
+    known = service.has_model if service is not None else lambda _: False  # (no service: route listings only)
+    return HttpMetricsMiddleware(served, HttpMetrics(registry), app.routes, known)
 
 
 async def _routing_error(request: Request, exc: Exception) -> Response:

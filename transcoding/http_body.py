@@ -70,34 +70,42 @@ def header_values(scope: Scope, *names: bytes) -> list[bytes | None]:
     return found
 
 
-def compressed(content: bytes | Sequence[bytes | memoryview], accept: str, headers: dict[str, str], media: str
-               ) -> Response:
-    """Compress with gzip or deflate when the client accepts it (Triton's response compression).
-
-    ``content``: the body, or its parts in order; uncompressed parts are sent as they are, each
-    from its own buffer (a tensor's bytes are not copied into one body).
-    """
-    accepted = {part.split(";")[0].strip().lower() for part in accept.split(",")} if accept else set()
-    if accepted & {"gzip", "deflate"}:
-        content = content if isinstance(content, bytes) else b"".join(content)
-        if "gzip" in accepted:
-            content, headers = gzip.compress(content, compresslevel=1), {**headers, "Content-Encoding": "gzip"}
+def compressed(parts: Sequence[bytes | memoryview], accept: bytes | None, headers: list[tuple[bytes, bytes]],
+               media: bytes) -> Response:
+    """The body ``parts``, compressed with gzip or deflate when the client accepts it (Triton's
+    response compression), else sent as they are, each from its own buffer (a tensor's bytes are not
+    copied into one body). ``accept``: the Accept-Encoding header; ``headers``: further headers as
+    ASGI sends them; ``media``: the Content-Type."""
+    accepted = {part.split(b";")[0].strip().lower() for part in accept.split(b",")} if accept else set()
+    headers.append((b"content-type", media))
+    if accepted & {b"gzip", b"deflate"}:
+        content = b"".join(parts)
+        if b"gzip" in accepted:
+            parts = [gzip.compress(content, compresslevel=1)]
+            headers.append((b"content-encoding", b"gzip"))
         else:
-            content, headers = zlib.compress(content, 1), {**headers, "Content-Encoding": "deflate"}
-    if isinstance(content, bytes):
-        return Response(content, media_type=media, headers=headers)
-    if len(content) == 1:
-        return Response(bytes(content[0]), media_type=media, headers=headers)
-    return PartsResponse(content, media, headers)
+            parts = [zlib.compress(content, 1)]
+            headers.append((b"content-encoding", b"deflate"))
+    return WireResponse(parts, headers)
 
 
-class PartsResponse(Response):
-    """A response whose body is sent as several parts (one ``http.response.body`` message each),
-    with the Content-Length of their sum."""
+class WireResponse(Response):
+    """A response given as it goes on the wire: its headers as ASGI sends them (lower-case name,
+    value), and its body in parts, one ``http.response.body`` message each (sent from their own
+    buffers), with the Content-Length of their sum. Nothing else is worked out per response
+    (Starlette's ``init_headers`` is not run)."""
 
-    def __init__(self, parts: Sequence[bytes | memoryview], media: str, headers: dict[str, str]) -> None:
-        super().__init__(None, media_type=media, headers={**headers, "Content-Length": str(sum(len(p) for p in parts))})
+    def __init__(self, parts: Sequence[bytes | memoryview], headers: list[tuple[bytes, bytes]],
+                 status_code: int = 200) -> None:
+        self.status_code = status_code
+        self.background = None
+        self.body = b""
         self._parts = parts
+        length = 0
+        for part in parts:
+            length += len(part)
+        headers.append((b"content-length", b"%d" % length))
+        self.raw_headers = headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})

@@ -39,14 +39,17 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 
 # the buckets' ``le`` labels as prometheus-client's own Histogram writes them
 BODY_EDGES = tuple(map(floatToGoString, BODY_BUCKETS))
 DURATION_EDGES = tuple(map(floatToGoString, DURATION_BUCKETS))
+FOLD_REQUESTS = 1024  # completed requests noted before they are added up (and at every scrape)
 
 
 class HttpMetrics(Collector):
     """The four HTTP families, registered on the given registry.
 
     Plain numbers updated on the event loop and turned into metric families at scrape time (the
-    scrape runs on the loop too): no lock and no child lookup per request. Exposed as
-    prometheus-client's own Counter, Histogram (its default buckets) and Gauge would be.
+    scrape runs on the loop too): no lock and no child lookup per request. A completed request is
+    only noted; the notes are added to the counters and histograms at each scrape, and every
+    ``FOLD_REQUESTS`` requests. Exposed as prometheus-client's own Counter, Histogram (its default
+    buckets) and Gauge would be.
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -54,6 +57,7 @@ class HttpMetrics(Collector):
         self._durations: dict[tuple[str, ...], list[float]] = {}  # bucket counts (+Inf last), then the sum
         self._in_flight: dict[tuple[str, ...], int] = {}  # by method, path, model
         self._bodies: dict[tuple[str, ...], list[float]] = {}
+        self._completed: list[tuple[tuple[str, ...], float, int | None]] = []  # not yet added up
         registry.register(self)
 
     def started(self, labels: tuple[str, ...]) -> None:
@@ -66,13 +70,24 @@ class HttpMetrics(Collector):
 
     def completed(self, labels: tuple[str, ...], seconds: float, body_bytes: int | None) -> None:
         """A request completed: ``labels`` are (method, path, model, status); ``body_bytes`` when known."""
-        self._requests[labels] = self._requests.get(labels, 0) + 1
-        _observe(self._durations, labels, DURATION_BUCKETS, seconds)
-        if body_bytes is not None:
-            _observe(self._bodies, labels[:3], BODY_BUCKETS, body_bytes)
+        completed = self._completed
+        completed.append((labels, seconds, body_bytes))
+        if len(completed) >= FOLD_REQUESTS:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Add the completed requests noted so far to the counters and histograms."""
+        completed, self._completed = self._completed, []
+        requests = self._requests
+        for labels, seconds, body_bytes in completed:
+            requests[labels] = requests.get(labels, 0) + 1
+            _observe(self._durations, labels, DURATION_BUCKETS, seconds)
+            if body_bytes is not None:
+                _observe(self._bodies, labels[:3], BODY_BUCKETS, body_bytes)
 
     def collect(self) -> Iterator[Metric]:
         """Called by the registry at each scrape."""
+        self._fold()
         labels = ["method", "path", "model"]
         requests = CounterMetricFamily("http_requests", "Completed HTTP requests", labels=labels + ["status"])
         for values, count in self._requests.items():

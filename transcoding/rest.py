@@ -34,11 +34,12 @@ from transcoding.http_status import error_response
 from transcoding.json_tensors import (HttpInfer, detached, load_json, parse_detached, parse_infer_request,
                                      render_detached, render_infer_response)
 from transcoding.raw_binary import raw_binary_request
-from transcoding.timing import timing_headers
+from transcoding.timing import timing_pairs
 from transcoding.triton_extensions import extension_routes
 
 HEADER_LENGTH = "inference-header-content-length"
 _HEADER_LENGTH = HEADER_LENGTH.encode()
+_JSON, _OCTETS = b"application/json", b"application/octet-stream"
 
 
 class V2Routes:
@@ -144,16 +145,15 @@ class V2Routes:
             content, json_length = await offload.in_thread(render_infer_response, response, parsed)
         else:
             content, json_length = render_infer_response(response, parsed)
-        headers = timing_headers(report, time.perf_counter_ns() - received)
+        headers = timing_pairs(report, time.perf_counter_ns() - received)
         if report.trace_id:
-            headers["X-Trace-ID"] = report.trace_id
+            headers.append((b"x-trace-id", report.trace_id.encode()))
         if json_length is not None:
-            headers["Inference-Header-Content-Length"] = str(json_length)
-        media = "application/json" if json_length is None else "application/octet-stream"
-        encodings = accept.decode("latin-1") if accept else ""
-        if encodings and is_heavy(sum(map(len, content))):
-            return await self.service.offload.in_thread(compressed, content, encodings, headers, media)
-        return compressed(content, encodings, headers, media)
+            headers.append((_HEADER_LENGTH, b"%d" % json_length))
+        media = _JSON if json_length is None else _OCTETS
+        if accept and is_heavy(sum(map(len, content))):
+            return await self.service.offload.in_thread(compressed, content, accept, headers, media)
+        return compressed(content, accept, headers, media)
 
     async def parse_infer(self, request: Request, name: str, version: str, header: bytes | None) -> HttpInfer:
         """The infer body as a ``ModelInferRequest`` (binary inputs beside it as views of the body);

@@ -15,16 +15,22 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 _IDS = RandomIdGenerator()
 
 
-def timing_headers(timing: RequestReport, total_ns: int) -> dict[str, str]:
-    """SIE's timing headers in ms (SIE's HTTP API reference): total time of the HTTP request, and the
-    phases the core measured - queue (waiting for an instance), tokenization (decoding the request
-    into tensors, and a text model's tokenizer), inference (the model) and postprocessing (encoding outputs, only when > 0)."""
-    headers = {"X-Total-Time": f"{total_ns / 1e6:.3f}", "X-Queue-Time": f"{timing.queue_ns / 1e6:.3f}",
-               "X-Tokenization-Time": f"{timing.compute_input_ns / 1e6:.3f}",
-               "X-Inference-Time": f"{timing.compute_infer_ns / 1e6:.3f}"}
+def timing_pairs(timing: RequestReport, total_ns: int) -> list[tuple[bytes, bytes]]:
+    """SIE's timing headers in ms (SIE's HTTP API reference), as ASGI sends them (lower-case name,
+    value): total time of the HTTP request, and the phases the core measured - queue (waiting for an
+    instance), tokenization (decoding the request into tensors, and a text model's tokenizer),
+    inference (the model) and postprocessing (encoding outputs, only when > 0)."""
+    pairs = [(b"x-total-time", b"%.3f" % (total_ns / 1e6)), (b"x-queue-time", b"%.3f" % (timing.queue_ns / 1e6)),
+             (b"x-tokenization-time", b"%.3f" % (timing.compute_input_ns / 1e6)),
+             (b"x-inference-time", b"%.3f" % (timing.compute_infer_ns / 1e6))]
     if timing.compute_output_ns > 0:
-        headers["X-Postprocessing-Time"] = f"{timing.compute_output_ns / 1e6:.3f}"
-    return headers
+        pairs.append((b"x-postprocessing-time", b"%.3f" % (timing.compute_output_ns / 1e6)))
+    return pairs
+
+
+def timing_headers(timing: RequestReport, total_ns: int) -> dict[str, str]:
+    """``timing_pairs`` as a header dict (``X-Total-Time``, ...)."""
+    return {name.decode().title(): value.decode() for name, value in timing_pairs(timing, total_ns)}
 
 
 def timing_body(timing: RequestReport, total_ns: int) -> dict[str, float]:
