@@ -154,6 +154,7 @@ class App:
         await self.health.set(LIVE_SERVICE, live)
         if self.group is not None:
             self.group.on_view = self._on_view
+            self.group.on_lost = partial(_orphaned, stop)
             self.group.handle("poll", lambda change: poller.follow(self.manager, *change))
             self.group.start()
         await self._publish_health()
@@ -262,6 +263,13 @@ class App:
             log.info("server is ready")
         else:
             log.warning("server is live but not ready: a startup model failed to load (see RepositoryIndex)")
+
+
+def _orphaned(stop: asyncio.Event) -> None:
+    """A replica whose supervisor has died drains and exits, freeing the ports for a new server."""
+    if not stop.is_set():
+        log.error("the supervisor has gone: shutting this replica down")
+        stop.set()
 
 
 async def _poll_everywhere(group: ReplicaGroup, name: str, present: bool) -> None:

@@ -173,7 +173,10 @@ class Link:
             reply: tuple[Any, ...] = (_REPLY, number, True, await self._serve(kind, payload))
         except Exception as err:  # noqa: BLE001 - every failure goes back to the asker
             reply = (_REPLY, number, False, as_server_error(err))
-        self._send(reply)
+        try:
+            self._send(reply)
+        except Unavailable:
+            pass  # the asker has gone: nobody waits for the answer
 
     async def request(self, kind: str, payload: Any = None) -> Any:
         """Ask the other end and wait for its answer.
@@ -216,14 +219,17 @@ class ReplicaGroup:
         self.restarted = restarted
         self.view = GroupView()
         self.on_view: Callable[[], None] = lambda: None  # called when ``view`` changes
+        self.on_lost: Callable[[], None] = lambda: None  # called when the supervisor has gone
         self._sock = sock
         self._handlers: dict[str, Handler] = {}
         self._link = Link(self._serve, self._notice)
         self._reader: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        """Start reading the link (on the running loop)."""
+        """Start reading the link (on the running loop); ``on_lost`` is called when it closes (the
+        supervisor stays until its replicas have exited, so it has died)."""
         self._reader = asyncio.get_running_loop().create_task(self._link.run(self._sock))
+        self._reader.add_done_callback(lambda _: self.on_lost())
 
     def handle(self, kind: str, handler: Handler) -> None:
         """Apply calls of ``kind`` with ``handler(payload)``, which returns its value or an

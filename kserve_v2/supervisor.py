@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 # a replica that dies sooner than this after it started is restarted after RESTART_DELAY_S, not at once
 SHORT_LIFE_S = 10.0
 RESTART_DELAY_S = 1.0
+# seconds a replica has to answer a gather (statistics, metrics, status, index) before it is left out
+GATHER_TIMEOUT_S = 10.0
 # (start, index, socket, restarted) -> exit code: runs one replica in the forked child
 StartReplica = Callable[[int, socket.socket, bool], int]
 
@@ -238,10 +240,12 @@ class Supervisor:
         """The replicas serving: joined and not exited."""
         return [r for r in self._replicas.values() if r.joined]
 
-    async def _apply(self, targets: Sequence[_Replica], call: Call) -> list[Outcome | None]:
-        """``call`` applied on each target, at once; None for a replica that exited meanwhile."""
-        results = await asyncio.gather(*(r.link.request("apply", call) for r in targets if r.link is not None),
-                                       return_exceptions=True)
+    async def _apply(self, targets: Sequence[_Replica], call: Call, timeout: float | None = None
+                     ) -> list[Outcome | None]:
+        """``call`` applied on each target, at once; None for a replica that exited meanwhile (or,
+        with a ``timeout`` in seconds, did not answer in time)."""
+        results = await asyncio.gather(*(asyncio.wait_for(r.link.request("apply", call), timeout)
+                                         for r in targets if r.link is not None), return_exceptions=True)
         return [r if isinstance(r, Outcome) else None for r in results]
 
     async def _everywhere(self, call: Call) -> Outcome:
@@ -270,7 +274,7 @@ class Supervisor:
         targets = self._members()
         if origin not in targets and origin.index in self._replicas:
             targets.append(origin)  # a replica still starting answers for itself
-        return [o for o in await self._apply(targets, call) if o is not None]
+        return [o for o in await self._apply(targets, call, GATHER_TIMEOUT_S) if o is not None]
 
     async def _join(self, replica: _Replica) -> None:
         """Bring a replica whose startup has ended up to date and count it as serving."""

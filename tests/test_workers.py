@@ -235,6 +235,28 @@ def test_poll_mode_changes_reach_every_replica(tmp_path: Path) -> None:
         assert server.stop() == 0
 
 
+def test_replicas_leave_when_the_supervisor_dies(tmp_path: Path) -> None:
+    """Replicas whose supervisor was killed drain and exit: no orphan keeps the ports."""
+    server = start_server(EXAMPLES, tmp_path, "--workers", "2")
+    pids = _replica_pids(server)
+    server.proc.kill()
+    server.proc.wait(30)
+
+    def gone() -> bool:
+        for pid in pids.values():
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            if Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"):
+                continue  # exited; its parent (gone) left it to be reaped
+            return False
+        return True
+
+    _wait(gone)
+    assert server.log().count("the supervisor has gone: shutting this replica down") == 2
+
+
 @pytest.mark.parametrize("value", ["0", "many"])
 def test_workers_flag_refuses_what_it_cannot_run(value: str) -> None:
     done = subprocess.run([sys.executable, "-m", "kserve_v2", "serve", "--model-repository", str(EXAMPLES),
