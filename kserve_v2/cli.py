@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import socket
@@ -23,7 +22,6 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from functools import partial
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ import uvloop
 from kserve_v2 import __version__
 from kserve_v2.allocator import huge_page_environment, this_host
 from kserve_v2.cpus import usable_cpus
+from kserve_v2.log_settings import log_to_stderr
 from kserve_v2.metrics_config import MetricsConfig, parse_metrics_config
 from kserve_v2.restrictions import GROUPS
 from kserve_v2.replicas import ReplicaGroup
@@ -51,22 +50,6 @@ TRITON_FIXED = {"allow-grpc": (True, "gRPC is this server's primary API (and its
                 "allow-sagemaker": (False, "there is no SageMaker API"),
                 "allow-vertex-ai": (False, "there is no Vertex AI API"),
                 "model-namespacing": (False, "model names form one namespace; a name in two repositories is ambiguous")}
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per log line: time (ISO 8601, UTC), level, logger, message, and exception
-    (and ``replica``, the replica's number, in a replica of ``--workers``)."""
-
-    def __init__(self, replica: int | None = None) -> None:
-        super().__init__()
-        self._replica = {} if replica is None else {"replica": replica}
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {"time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
-                 "level": record.levelname, "logger": record.name, "message": record.getMessage(), **self._replica}
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
 
 
 def _bool(text: str) -> bool:
@@ -304,21 +287,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(sys.argv[1:] if argv is None else argv)
     if argv is None and sys.executable:
         _start_with_huge_pages()
-    _log_to_stderr(settings)
+    log_to_stderr(settings.log_format, settings.log_verbose)
     if settings.workers > 1:
         return _supervise(settings)
     with asyncio.Runner(loop_factory=_loop_factory(settings)) as runner:
         return runner.run(_serve(settings))
-
-
-def _log_to_stderr(settings: Settings, replica: int | None = None) -> None:
-    """Log lines to stderr in ``--log-format``, tagged with the replica's number in a replica."""
-    handler = logging.StreamHandler(sys.stderr)
-    tag = "" if replica is None else f"[replica {replica}] "
-    handler.setFormatter(JsonFormatter(replica) if settings.log_format == "json"
-                         else logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s"))
-    logging.basicConfig(level=logging.DEBUG if settings.log_verbose > 0 else logging.INFO, handlers=[handler],
-                        force=True)
 
 
 def _loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -340,7 +313,7 @@ def _supervise(settings: Settings) -> int:
 
 def _replica(settings: Settings, index: int, sock: socket.socket, restarted: bool) -> int:
     """One replica, in the child the supervisor forked: a whole server linked to the others."""
-    _log_to_stderr(settings, index)
+    log_to_stderr(settings.log_format, settings.log_verbose, index)
     with asyncio.Runner(loop_factory=_loop_factory(settings)) as runner:
         return runner.run(_serve(settings, ReplicaGroup(index, sock, restarted)))
 

@@ -5,12 +5,16 @@ Settings and texts follow Triton's ``docs/protocol/extension_logging.md`` and it
 ``log_verbose_level`` (uint32) > 0 adds debug messages; ``log_format`` is ``default`` or ``ISO8601``
 (timestamps of the text log format; JSON lines always carry ISO 8601); ``log_file`` cannot be
 changed over the network. Unknown names are ignored, as Triton does. The settings act through one
-``logging.Filter`` on the root logger's handlers (Python's standard ``logging``).
+``logging.Filter`` on the root logger's handlers (Python's standard ``logging``). Where the lines
+go and how they look (``--log-format``, a replica's tag) is ``log_to_stderr``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
+from datetime import datetime, timezone
 
 from kserve_v2.errors import InvalidInput, Unavailable, Unsupported
 
@@ -89,3 +93,29 @@ class LogSettings(logging.Filter):
         return {"log_file": "", "log_info": self._on[logging.INFO], "log_warning": self._on[logging.WARNING],
                 "log_error": self._on[logging.ERROR], "log_verbose_level": self._verbose,
                 "log_format": self._format}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per log line: time (ISO 8601, UTC), level, logger, message, and exception
+    (and ``replica``, the replica's number, in a replica of ``--workers``)."""
+
+    def __init__(self, replica: int | None = None) -> None:
+        super().__init__()
+        self._replica = {} if replica is None else {"replica": replica}
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+                 "level": record.levelname, "logger": record.name, "message": record.getMessage(), **self._replica}
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def log_to_stderr(log_format: str, verbose: int, replica: int | None = None) -> None:
+    """Send log lines to stderr in ``--log-format`` (``text`` or ``json``), debug lines when
+    ``verbose`` > 0, tagged with the replica's number in a replica of ``--workers``."""
+    handler = logging.StreamHandler(sys.stderr)
+    tag = "" if replica is None else f"[replica {replica}] "
+    handler.setFormatter(JsonFormatter(replica) if log_format == "json"
+                         else logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbose > 0 else logging.INFO, handlers=[handler], force=True)
