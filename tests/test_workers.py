@@ -29,6 +29,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 from prometheus_client.parser import text_string_to_metric_families
+from websockets.sync.client import connect
 
 from helpers import EXAMPLES, ROOT, Server, start_server
 
@@ -112,6 +113,13 @@ def test_replicas_share_the_ports_and_count_as_one(workers: Server) -> None:
         assert _metric(text, "nv_inference_request_latency_seconds_count", model="simple") - before == 30
     status = [_http(workers, "/v2/health/ready")[0] for _ in range(FRESH)]
     assert status == [200] * FRESH
+    with connect(f"ws://{workers.http_url}/ws/status") as ws:  # the status page's feed: every replica's
+        snapshot = json.loads(ws.recv(timeout=30))
+    [success] = [s["value"] for s in snapshot["counters"]["nv_inference_request_success"]
+                 if s["labels"] == {"model": "simple", "version": "1"}]
+    assert success == _metric(_scrape(workers.metrics_port), "nv_inference_request_success", model="simple")
+    simple = next(m for m in snapshot["models"] if m["name"] == "simple")
+    assert simple["state"] == "loaded" and "simple" in snapshot["loaded_models"]
 
 
 def test_model_control_reaches_every_replica_before_it_answers(workers: Server) -> None:
