@@ -52,7 +52,7 @@ unit: venv
 # tritonclient's generated modules and ours cannot meet in one).
 FUZZ_EXAMPLES ?= 20000
 fuzz: venv
-	KSERVE_V2_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fuzz.py
+	KSERVE_V2_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/server/test_fuzz.py
 	KSERVE_V2_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_codec_differential.py
 
 bench: venv

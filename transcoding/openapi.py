@@ -1,6 +1,6 @@
 """The OpenAPI 3 document of every REST route (served at /api-doc/openapi.json, shown at /docs).
 
-Kept true by ``tests/test_rest_docs.py``, which compares it with the application's routes and
+Kept true by ``tests/server/test_rest_docs.py``, which compares it with the application's routes and
 fuzzes the server with schemathesis from it. Shapes follow the V2 protocol
 (KServe's Open Inference Protocol) and Triton's extensions.
 """

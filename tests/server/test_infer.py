@@ -91,7 +91,7 @@ def test_aio_client(example_server) -> None:
 
 
 def test_int8(client: grpcclient.InferenceServerClient) -> None:
-    """simple_string is covered by examples/grpc_string_infer.py (tests/test_examples.py)."""
+    """simple_string is covered by examples/grpc_string_infer.py (tests/server/test_examples.py)."""
     x = np.arange(-8, 8, dtype=np.int8).reshape(1, 16)
     inputs = [grpcclient.InferInput(n, [1, 16], "INT8") for n in ("INPUT0", "INPUT1")]
     for i in inputs:

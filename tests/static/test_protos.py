@@ -20,7 +20,7 @@ GENERATED = ROOT / "kserve_v2" / "_proto"
 DUMP = """
 import json, sys
 from kserve_v2._proto import grpc_service_pb2, model_config_pb2
-sys.path.insert(0, "tests")
+sys.path.insert(0, "tests/static")
 from proto_schema import schema
 print(json.dumps(schema([grpc_service_pb2.DESCRIPTOR, model_config_pb2.DESCRIPTOR])))
 """

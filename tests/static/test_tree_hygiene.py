@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # path parts that only a run creates: environments, bytecode, tool caches
 CREATED_BY_RUNS = {".venv", "venv", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache",
                    "node_modules", "site-packages", ".tox", ".cache"}
