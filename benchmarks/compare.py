@@ -242,7 +242,8 @@ def _cell(value: dict[str, float] | str | None, case: Case) -> str:
     return f"{figure} ({value['p50 ms']:.2f} / {value['p99 ms']:.2f})"
 
 
-def _ratio(ours: dict[str, float] | str | None, theirs: dict[str, float] | str | None) -> str:
+def ratio(ours: dict[str, float] | str | None, theirs: dict[str, float] | str | None) -> str:
+    """ours' infer/s over theirs', two decimals; "n/a" when either side has no figure."""
     if isinstance(ours, dict) and isinstance(theirs, dict) and theirs["infer/s"]:
         return f"{ours['infer/s'] / theirs['infer/s']:.2f}"
     return "n/a"
@@ -303,8 +304,8 @@ def main() -> None:
     for case in cases:
         ours, theirs = pa.get(("ours", case.label)), pa.get(("Triton", case.label))
         top, ours_tc, mls = pa.get(("ceiling", case.label)), tc.get(("ours", case.label)), tc.get(("MLServer", case.label))
-        print(f"| {case.label} | {_cell(ours, case)} | {_cell(theirs, case)} | {_cell(top, case)} | {_ratio(ours, theirs)} "
-              f"| {_ratio(ours, top)} | {_cell(ours_tc, case)} | {_cell(mls, case)} | {_ratio(ours_tc, mls)} |")
+        print(f"| {case.label} | {_cell(ours, case)} | {_cell(theirs, case)} | {_cell(top, case)} | {ratio(ours, theirs)} "
+              f"| {ratio(ours, top)} | {_cell(ours_tc, case)} | {_cell(mls, case)} | {ratio(ours_tc, mls)} |")
     print(f"| cold start to ready (example repository) | {startup['ready s']:.2f} s | | | | | | | |")
     print(f"| idle RSS | {startup['idle RSS MiB']:.0f} MiB | | | | | | | |")
     if not ((ROOT.parent / "shared" / "models" / MINILM).is_dir() or (EXAMPLES / MINILM / "1" / "tokenizer.json").is_file()):

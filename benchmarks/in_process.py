@@ -98,37 +98,12 @@ async def _measure(source: Path, requests: int) -> dict[str, float]:
     statuses: list[object] = []
 
     async def rest_call() -> None:
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": "/v2/models/simple/infer", "raw_path": b"/v2/models/simple/infer",
-                 "query_string": b"", "root_path": "", "headers": headers, "client": ("127.0.0.1", 1),
-                 "server": ("127.0.0.1", 8000)}
-        messages = [{"type": "http.request", "body": BODY, "more_body": False}]
-
-        async def receive() -> dict[str, object]:
-            return messages.pop() if messages else {"type": "http.disconnect"}
-
-        async def send(sent: dict[str, object]) -> None:
-            if sent["type"] == "http.response.start":
-                statuses.append(sent["status"])
-
-        await app(scope, receive, send)
+        await _post(app, headers, statuses)
 
     bare = application(prepared(source / "examples" / "model_repository"))
 
     async def bare_call() -> None:
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": "/v2/models/simple/infer", "raw_path": b"/v2/models/simple/infer",
-                 "query_string": b"", "root_path": "", "headers": headers, "client": ("127.0.0.1", 1),
-                 "server": ("127.0.0.1", 8000)}
-        messages = [{"type": "http.request", "body": BODY, "more_body": False}]
-
-        async def receive() -> dict[str, object]:
-            return messages.pop() if messages else {"type": "http.disconnect"}
-
-        async def send(_: dict[str, object]) -> None:
-            pass
-
-        await bare(scope, receive, send)
+        await _post(bare, headers, [])
 
     results = {}
     half = max(requests // 2, 1)
@@ -147,6 +122,25 @@ async def _measure(source: Path, requests: int) -> dict[str, float]:
     if set(statuses) != {200}:
         raise SystemExit(f"REST answered {sorted(set(statuses))}, not 200")
     return results
+
+
+async def _post(app: Any, headers: list[tuple[bytes, bytes]], statuses: list[object]) -> None:
+    """One POST of BODY to /v2/models/simple/infer straight into the ASGI ``app``; its status goes
+    to ``statuses``."""
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": "/v2/models/simple/infer", "raw_path": b"/v2/models/simple/infer",
+             "query_string": b"", "root_path": "", "headers": headers, "client": ("127.0.0.1", 1),
+             "server": ("127.0.0.1", 8000)}
+    messages = [{"type": "http.request", "body": BODY, "more_body": False}]
+
+    async def receive() -> dict[str, object]:
+        return messages.pop() if messages else {"type": "http.disconnect"}
+
+    async def send(sent: dict[str, object]) -> None:
+        if sent["type"] == "http.response.start":
+            statuses.append(sent["status"])
+
+    await app(scope, receive, send)
 
 
 class _Context:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import triton  # noqa: E402 - sibling module
-from compare import EXAMPLES, start_ceiling, start_triton  # noqa: E402 - the sibling benchmark's helpers
+from compare import EXAMPLES, ratio, start_ceiling, start_triton  # noqa: E402 - the sibling benchmark's helpers
 from perf import perf_analyzer, run, start_server  # noqa: E402
 from storm import control_storm, repository  # noqa: E402
 
@@ -136,11 +136,6 @@ def _cell(value: dict[str, float] | str | None) -> str:
     return f"{value['infer/s']:,.0f} infer/s ({value['p50 ms']:.2f} / {value['p99 ms']:.2f})"
 
 
-def _ratio(ours: dict[str, float] | str | None, theirs: dict[str, float] | str | None) -> str:
-    if isinstance(ours, dict) and isinstance(theirs, dict) and theirs["infer/s"]:
-        return f"{ours['infer/s'] / theirs['infer/s']:.2f}"
-    return "n/a"
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -185,9 +180,9 @@ def main() -> None:
     print("|---" * (len(SERVERS) + 5) + "|")
     for case in cases:
         row = {server: figures.get((server, case.label)) for server in SERVERS}
-        print(f"| {case.label} | {' | '.join(_cell(row[s]) for s in SERVERS)} | {_ratio(row['ours w2'], row['Triton'])} "
-              f"| {_ratio(row['ours w1'], row['Triton'])} | {_ratio(row['ours w2'], row['ours w1'])} "
-              f"| {_ratio(row['ours w2'], row['ceiling w2'])} |")
+        print(f"| {case.label} | {' | '.join(_cell(row[s]) for s in SERVERS)} | {ratio(row['ours w2'], row['Triton'])} "
+              f"| {ratio(row['ours w1'], row['Triton'])} | {ratio(row['ours w2'], row['ours w1'])} "
+              f"| {ratio(row['ours w2'], row['ceiling w2'])} |")
     print("\n| workers | cold start to ready | processes | idle RSS, summed | idle PSS, summed |\n|---|---|---|---|---|")
     for workers, cost in costs.items():
         print(f"| {workers} | {cost['ready s']:.2f} s | {cost['processes']:.0f} | {cost['RSS MiB']:.0f} MiB "

@@ -189,14 +189,11 @@ class InferenceRequest:
         """Run this request on its model and wait: its response (an error is the response's, not
         raised), or with ``decoupled`` an iterator of its responses, the last one final (empty when
         the model sent the final flag alone)."""
-        now = running()
-        if now.calls is None:
-            raise TritonModelException("business logic scripting needs a request that came through the server")
-        message = self._message()
+        calls, message, callers = self._sending()
         if decoupled:
-            return _ResponseIterator(now.calls, message, now.callers)
+            return _ResponseIterator(calls, message, callers)
         try:
-            return response_of(now.calls.infer(message, now.callers).result())
+            return response_of(calls.infer(message, callers).result())
         except Exception as err:  # noqa: BLE001 - Triton answers a failed BLS request with an error response
             return InferenceResponse(error=TritonError.of(err))
 
@@ -205,16 +202,25 @@ class InferenceRequest:
         iterator of the responses) without blocking the model's other coroutines."""
         import asyncio
 
+        calls, message, callers = self._sending()
+        if decoupled:
+            return _ResponseIterator(calls, message, callers)
+        try:
+            return response_of(await asyncio.wrap_future(calls.infer(message, callers)))
+        except Exception as err:  # noqa: BLE001 - as exec
+            return InferenceResponse(error=TritonError.of(err))
+
+    def _sending(self) -> tuple[LocalCalls, InferRequest, tuple[str, ...]]:
+        """What a BLS send needs: the server's local calls, this request as a V2 request, and the
+        models already on the calling chain (the depth guard's input).
+
+        Raises:
+            TritonModelException: outside a request that came through the server (no local calls).
+        """
         now = running()
         if now.calls is None:
             raise TritonModelException("business logic scripting needs a request that came through the server")
-        message = self._message()
-        if decoupled:
-            return _ResponseIterator(now.calls, message, now.callers)
-        try:
-            return response_of(await asyncio.wrap_future(now.calls.infer(message, now.callers)))
-        except Exception as err:  # noqa: BLE001 - as exec
-            return InferenceResponse(error=TritonError.of(err))
+        return now.calls, self._message(), now.callers
 
     def _message(self) -> InferRequest:
         """This request as the V2 request it is sent as: its correlation id and flags become the
