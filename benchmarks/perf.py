@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_TOOLS = ROOT.parent / "shared" / "tools"
 FP32_ELEMENTS = {"1 MiB": 256 * 1024, "16 MiB": 4 * 1024 * 1024}
@@ -87,6 +89,34 @@ def tensor_window(tensor_bytes: int, seconds: float) -> int | None:
     return max(10, min(int(seconds * 100), WINDOW_BYTES // tensor_bytes))
 
 
+# perf_analyzer has also run away in windows of a request count: 22 GB of 1 MiB requests, once in a
+# suite run on a loaded box, where a quiet run peaks near 4 GB (about 2,000 requests held). It is
+# stopped at twice that, before the kernel's OOM killer picks it or a neighbour, and a runaway (or
+# an OOM kill, also SIGKILL) is tried once more
+MAX_RSS = 8 * 2**30
+RUNAWAY = -9  # the exit code of a killed perf_analyzer, by us or by the OOM killer
+
+
+def _watched(command: list[str], env: dict[str, str] | None) -> int:
+    """Run perf_analyzer; its exit code, or RUNAWAY when it (with any child of a wrapper) passed
+    MAX_RSS and was killed."""
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, env=env)
+    watched = psutil.Process(proc.pid)
+    while True:
+        try:
+            return proc.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            if sum(p.memory_info().rss for p in (watched, *watched.children(recursive=True))) > MAX_RSS:
+                proc.kill()
+                proc.wait()
+                print(f"perf_analyzer passed {MAX_RSS >> 20} MiB resident and was stopped", file=sys.stderr)
+                return RUNAWAY
+        except psutil.NoSuchProcess:
+            pass
+
+
 def run(tool: str, ports: dict[str, int], model: str, concurrency: int, seconds: float, shape: str | None,
         workdir: Path, protocol: str = "grpc", tensor_format: str | None = None, shm_bytes: int = 0,
         stability: int = 25, window_requests: int | None = None, env: dict[str, str] | None = None) -> dict[str, float]:
@@ -104,7 +134,12 @@ def run(tool: str, ports: dict[str, int], model: str, concurrency: int, seconds:
         command += ["--input-tensor-format", tensor_format, "--output-tensor-format", tensor_format]
     if shm_bytes:
         command += ["--shared-memory", "system", "--output-shared-memory-size", str(shm_bytes)]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
+    for attempt in (1, 2):  # a runaway is tried once more; any other failure is reported at once
+        code = _watched(command, env)
+        if code != RUNAWAY or attempt == 2:
+            break
+    if code:
+        raise subprocess.CalledProcessError(code, command)
     with open(report) as f:
         row = next(csv.DictReader(f))
     return {"infer/s": float(row["Inferences/Second"]), "p50 ms": float(row["p50 latency"]) / 1000,
