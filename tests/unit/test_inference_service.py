@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ from kserve_v2.errors import ErrorCode, InternalError, NotFound, Overloaded
 from kserve_v2.instances import InstancePool
 from kserve_v2.metrics import InferenceMetrics
 from kserve_v2.model import ModelVersion
+from kserve_v2.repository.records import ModelRecords
 from kserve_v2.scheduling import DirectScheduler
 from kserve_v2.service import InferenceService, ServerState, failure_code
 from kserve_v2.text import InputKind, OutputKind, TextContract, TextInput, TextOutput, TextRequest
@@ -99,18 +99,9 @@ class Lifecycle:
     def all_ready_versions(self) -> Iterator[ModelVersion]:
         return iter([self.serving(name) for name in sorted(self.versions)])
 
-    @contextmanager
-    def acquire(self, name: str, version: str) -> Iterator[ModelVersion]:
-        model = self.acquire_version(name, version)
-        try:
-            yield model
-        finally:
-            model.release()
-
-    def acquire_version(self, name: str, version: str) -> ModelVersion:
-        model = self.resolve(name, version)
-        model.hold()
-        return model
+    # holding a resolved version is the manager's own code, not faked (it only calls resolve)
+    acquire = ModelRecords.acquire
+    acquire_version = ModelRecords.acquire_version
 
     def index(self, ready_only: bool) -> list:
         return []
