@@ -9,7 +9,6 @@ HTTP status comes from the one table in ``http_status``, as for every other rout
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -20,7 +19,7 @@ from starlette.responses import Response
 
 from kserve_v2.errors import InputTooLong, InvalidInput, NotFound, ServerError
 from transcoding.http_status import TO_HTTP, error_headers
-from transcoding.sie_codec import MSGPACK, json_default
+from transcoding.sie_codec import MSGPACK, json_text
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +42,7 @@ def render(request: Request, content: Any, status: int = 200, headers: dict[str,
     """``content`` as JSON, or as msgpack when the client asked for it."""
     if wants_msgpack(request):
         return Response(msgpack.packb(content, default=msgpack_numpy.encode), status, headers, MSGPACK)
-    return Response(json.dumps(content, default=json_default), status, headers, "application/json")
+    return Response(json_text(content), status, headers, "application/json")
 
 
 def error_response(request: Request, err: BaseException, headers: dict[str, str] | None = None) -> Response:

@@ -1,8 +1,8 @@
 """JSON Schemas of the semantic request bodies (SIE's HTTP API reference; OpenAI's embeddings API;
 the rerank bodies of Cohere's and Jina's APIs; a tokenize body after vLLM's and TEI's).
 
-One source for two uses: ``sie_codec`` validates every request against them with the
-``jsonschema`` library, and ``openapi`` publishes them. The subset used is valid in OpenAPI 3.0.
+One source for two uses: ``sie_codec`` validates every request against them (``fastjsonschema``
+first, ``jsonschema`` for the error text), and ``openapi`` publishes them. The subset used is valid in OpenAPI 3.0.
 """
 
 from __future__ import annotations
