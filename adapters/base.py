@@ -97,7 +97,9 @@ class TextAdapter(Generic[P]):
             raise ValueError(f"max_sequence_length must be >= 2, got {max_length}")
         config.parameters["max_sequence_length"].string_value = str(max_length)
         self.tokenizer = TextTokenizer(self.folder / TOKENIZER_FILE, max_length, config.name)
-        self.session = open_session(self.folder / "model.onnx", config)
+        # transformer executions take milliseconds, with hundreds of parallel sections each: a pool
+        # that sleeps between them cost 1 x short-text embeddings a third of their texts/s
+        self.session = open_session(self.folder / "model.onnx", config, spinning=True)
         self.on_cuda = self.session.on_cuda
         self.batching = TextBatching(self)
         self._graph_inputs = [t.name for t in self.session.inputs]

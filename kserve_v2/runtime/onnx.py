@@ -36,12 +36,13 @@ _VALUE_ERRORS = (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
                  ort.capi.onnxruntime_pybind11_state.RuntimeException)
 
 
-def session_options(parameters: Mapping[str, str], graph_level: int) -> ort.SessionOptions:
+def session_options(parameters: Mapping[str, str], graph_level: int, spinning: bool = False) -> ort.SessionOptions:
     """Build ORT session options from config parameters (Triton's onnxruntime backend names).
 
     Recognised: ``intra_op_thread_count``, ``inter_op_thread_count``, ``execution_mode``
-    (0 sequential, 1 parallel), ``enable_mem_arena``, ``enable_mem_pattern``; others are
-    ignored, as Triton does. ``graph_level``: -1 basic, 1 extended, else all.
+    (0 sequential, 1 parallel), ``enable_mem_arena``, ``enable_mem_pattern``, and our
+    ``allow_spinning`` (default: ``spinning``); others are ignored, as Triton does.
+    ``graph_level``: -1 basic, 1 extended, else all.
 
     Raises:
         ValueError: a recognised parameter with a non-integer value.
@@ -57,20 +58,23 @@ def session_options(parameters: Mapping[str, str], graph_level: int) -> ort.Sess
         options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
     options.enable_cpu_mem_arena = bool(int(parameters.get("enable_mem_arena", "1")))
     options.enable_mem_pattern = bool(int(parameters.get("enable_mem_pattern", "1")))
-    # A spinning intra-op pool steals the cores the gRPC front end needs between requests.
-    options.add_session_config_entry("session.intra_op.allow_spinning", parameters.get("allow_spinning", "0"))
+    # A spinning intra-op pool steals the cores the front ends need between requests: off unless
+    # the caller runs long executions, where waking the pool for every parallel section costs more.
+    options.add_session_config_entry("session.intra_op.allow_spinning",
+                                     parameters.get("allow_spinning", "1" if spinning else "0"))
     return options
 
 
-def open_session(path: Path, config: mc.ModelConfig) -> OnnxSession:
+def open_session(path: Path, config: mc.ModelConfig, spinning: bool = False) -> OnnxSession:
     """Create the session of a completed configuration: options from its ``parameters`` and
     graph level, the execution provider from its first instance group (CUDA for KIND_GPU).
+    ``spinning``: the default of ``allow_spinning`` (``session_options``).
 
     Raises:
         ValueError: a malformed session parameter; anything ORT raises for an invalid model.
     """
     parameters = {key: value.string_value for key, value in config.parameters.items()}
-    options = session_options(parameters, config.optimization.graph.level)
+    options = session_options(parameters, config.optimization.graph.level, spinning)
     group = config.instance_group[0]
     use_cuda = group.kind == mc.ModelInstanceGroup.KIND_GPU
     return OnnxSession(path, options, use_cuda, group.gpus[0] if use_cuda else 0)

@@ -1,22 +1,29 @@
 """Text adapters' pure steps (adapters/): pooling, SPLADE weights, instruction prefixes, text
-inputs, the tokenizer's overflow policies, and token-classification units - on small arrays and a
-word-level tokenizer built here (no model file, no server)."""
+inputs, the tokenizer's overflow policies, token-classification units and the session options
+text backends default to - on small arrays, a word-level tokenizer and an identity graph built
+here (no server)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from adapters.base import l2_normalize, string_parameter, texts, with_instruction
+from adapters.base import TextAdapter, l2_normalize, string_parameter, texts, with_instruction
 from adapters.embedding import pool
 from adapters.extraction import _units
 from adapters.sparse import splade_pool
 from adapters.tokenizer import TextTokenizer
+from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.errors import InputTooLong, InvalidInput
+from kserve_v2.runtime.onnx import open_session
+from tests.helpers import identity_model
 
 STATES = np.array([[[1.0, 0.0], [3.0, 4.0], [100.0, 100.0]],  # third token is padding
                    [[0.0, 2.0], [0.0, 0.0], [0.0, 0.0]]], dtype=np.float32)
@@ -100,3 +107,21 @@ def test_extraction_units_per_token(tokenizer_file: Path) -> None:
     assert [(u.label, round(u.score, 2), u.start, u.end) for u in units] == [(1, 0.9, 0, 5), (0, 0.8, 6, 9),
                                                                            (1, 0.7, 10, 13)]
     assert json.dumps([u.word for u in units]) == "[0, 1, 2]"
+
+
+@pytest.mark.parametrize(("parameters", "spins"), [({}, "1"), ({"allow_spinning": "0"}, "0")])
+def test_text_sessions_spin_unless_the_config_says_not(tmp_path: Path, tokenizer_file: Path,
+                                                       parameters: dict[str, str], spins: str) -> None:
+    """Text backends default ``allow_spinning`` to 1 (their runs are long); the ONNX backend to 0."""
+    (tmp_path / "1").mkdir()
+    tokenizer_file.rename(tmp_path / "1" / "tokenizer.json")
+    onnx.save(identity_model(TensorProto.INT64), str(tmp_path / "1" / "model.onnx"))
+    config = mc.ModelConfig(name="toy")
+    config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU)
+    for key, value in parameters.items():
+        config.parameters[key].string_value = value
+    adapter: TextAdapter[Any] = TextAdapter(tmp_path, 1, config)
+    options = adapter.session._session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == spins
+    plain = open_session(tmp_path / "1" / "model.onnx", config)._session.get_session_options()
+    assert plain.get_session_config_entry("session.intra_op.allow_spinning") == parameters.get("allow_spinning", "0")
