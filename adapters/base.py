@@ -98,7 +98,7 @@ class TextAdapter(Generic[P]):
         config.parameters["max_sequence_length"].string_value = str(max_length)
         self.tokenizer = TextTokenizer(self.folder / TOKENIZER_FILE, max_length, config.name)
         # transformer executions take milliseconds, with hundreds of parallel sections each: a pool
-        # that sleeps between them cost 1 x short-text embeddings a third of their texts/s
+        # that sleeps between them cost one-text embeddings from 4 callers a fifth of their texts/s
         self.session = open_session(self.folder / "model.onnx", config, spinning=True)
         self.on_cuda = self.session.on_cuda
         self.batching = TextBatching(self)
