@@ -12,13 +12,16 @@
 Everything runs on the first 2 CPUs (`--cpus`). Both servers run at once and are measured case by
 case, back to back, by the same client (httpx, one connection per caller, closed loop): embeddings
 of batches of 1 (4 callers) and 32 (1 caller) texts, short (about 12 tokens) and 256 tokens;
-rerank of 32 documents (1 caller). Cells: texts/s
-(p50 / p99 ms). Then the cosine of our vectors to each peer's and the largest difference of the
+rerank of 32 documents (1 caller). Each case is measured ``--rounds`` times, the servers' order
+alternating from round to round; a cell is the round with the median texts/s: texts/s
+(p50 / p99 ms), and a ratio to infinity is the median of the rounds' ratios (each round measures
+both servers minutes apart at most, so a change in the machine's load moves both). fastembed runs
+once per round after the servers have stopped; its ratio is of the median cells. Then the cosine of our vectors to each peer's and the largest difference of the
 rerank scores, and the issue's targets. Models come from ../shared/models (or examples/model_repository
 after `make models`).
 
-Usage: python benchmarks/text_peers.py [--seconds 10] [--smoke] [--skip-infinity] [--skip-fastembed] [--peers-if-cached]
-                                     [--cpus 2]
+Usage: python benchmarks/text_peers.py [--seconds 10] [--rounds 3] [--smoke] [--skip-infinity] [--skip-fastembed]
+                                     [--peers-if-cached] [--cpus 2]
 """
 
 from __future__ import annotations
@@ -225,6 +228,24 @@ def fastembed(env: Path, folder: Path, cases: dict[str, list[list[str]]], probe:
     return result
 
 
+Figure = dict[str, float] | str
+
+
+def median_round(rounds: list[Figure]) -> Figure:
+    """The round with the median texts/s (the lower middle of an even count), or the first failure."""
+    failed = [value for value in rounds if isinstance(value, str)]
+    if failed:
+        return failed[0]
+    ranked = sorted((value for value in rounds if isinstance(value, dict)), key=lambda value: value["texts/s"])
+    return ranked[(len(ranked) - 1) // 2]
+
+
+def median_ratio(ours: list[Figure], theirs: list[Figure]) -> float | None:
+    """The median over rounds of ours / theirs, each round's pair measured back to back."""
+    ratios = [r for r in map(ratio, ours, theirs) if r is not None]
+    return float(np.median(ratios)) if ratios and len(ratios) == len(ours) else None
+
+
 def cell(value: dict[str, float] | str | None) -> str:
     if value is None:
         return "-"
@@ -242,7 +263,8 @@ def ratio(ours: dict[str, float] | str | None, theirs: dict[str, float] | str | 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10, help="measurement window per case and server")
-    parser.add_argument("--smoke", action="store_true", help="short windows: checks the harness, not the speed")
+    parser.add_argument("--rounds", type=int, default=3, help="measurements of each case and server (median)")
+    parser.add_argument("--smoke", action="store_true", help="short windows, one round: checks the harness, not the speed")
     parser.add_argument("--skip-infinity", action="store_true")
     parser.add_argument("--skip-fastembed", action="store_true")
     parser.add_argument("--peers-if-cached", action="store_true",
@@ -253,6 +275,7 @@ def main() -> None:
     cpus = sorted(os.sched_getaffinity(0))[:args.cpus]
     os.sched_setaffinity(0, cpus)  # inherited by every process started below
     seconds = 0.5 if args.smoke else args.seconds
+    rounds = 1 if args.smoke else max(args.rounds, 1)
     create = not args.peers_if_cached
     infinity_env = None if args.skip_infinity else peer_env(*INFINITY, create=create)
     fastembed_env = None if args.skip_fastembed else peer_env(*FASTEMBED, create=create)
@@ -263,7 +286,7 @@ def main() -> None:
     batches = {case.label: [texts(tokenizer, case.batch, case.tokens, seed) for seed in range(2 if args.smoke else 8)]
                for case in CASES}
     probe = texts(tokenizer, 6, 12, 100) + texts(tokenizer, 2, 256, 101)
-    figures: dict[tuple[str, str], dict[str, float] | str] = {}
+    measured: dict[tuple[str, str], list[Figure]] = {}
     checks: list[str] = []
     running: list[subprocess.Popen] = []
     try:
@@ -282,8 +305,11 @@ def main() -> None:
                 proc, servers["infinity"][route] = start_infinity(infinity_env, folder, name, work / f"infinity-{route}.log")
                 running.append(proc)
         for case in CASES:
-            for server, bases in servers.items():
-                figures[(server, case.label)] = drive(bases[case.route], case, batches[case.label], seconds)
+            for round_ in range(rounds):
+                order = list(servers.items()) if round_ % 2 == 0 else list(reversed(servers.items()))
+                for server, bases in order:
+                    value = drive(bases[case.route], case, batches[case.label], seconds)
+                    measured.setdefault((server, case.label), []).append(value)
         ours_vectors = vectors(ours_base, probe)
         if "infinity" in servers:
             checks.append(f"cosine ours / infinity (min over {len(probe)} texts): "
@@ -301,38 +327,44 @@ def main() -> None:
             proc.wait(60)
     if fastembed_env is not None:
         embedding_cases = {case.label: batches[case.label] for case in CASES if case.route == "embeddings"}
-        measured = fastembed(fastembed_env, embedder, embedding_cases, probe, seconds)
-        if "error" in measured:
-            for label in embedding_cases:
-                figures[("fastembed", label)] = f"fails: {measured['error']}"
-        else:
-            for label, value in measured["cases"].items():
-                figures[("fastembed", label)] = value
+        for _ in range(rounds):
+            peer = fastembed(fastembed_env, embedder, embedding_cases, probe, seconds)
+            if "error" in peer:
+                for label in embedding_cases:
+                    measured.setdefault(("fastembed", label), []).append(f"fails: {peer['error']}")
+                continue
+            for label, value in peer["cases"].items():
+                measured.setdefault(("fastembed", label), []).append(value)
+        if "error" not in peer:
             checks.append(f"cosine ours / fastembed (min over {len(probe)} texts): "
-                          f"{min_cosine(ours_vectors, np.array(measured['probe'], dtype=np.float32)):.6f}")
+                          f"{min_cosine(ours_vectors, np.array(peer['probe'], dtype=np.float32)):.6f}")
+    figures = {key: median_round(values) for key, values in measured.items()}
+    infinity_ratios = {case.label: median_ratio(measured.get(("ours", case.label), []),
+                                                measured.get(("infinity", case.label), []))
+                       for case in CASES if ("infinity", case.label) in measured}
     scratch.cleanup()
-    print("Cells: texts/s (p50 / p99 ms per request); ours and infinity-emb 0.0.78 over HTTP by one client, "
-          "fastembed 0.9.1 in process.")
+    print(f"Cells: texts/s (p50 / p99 ms per request), the median of {rounds} round(s); ours and infinity-emb 0.0.78 "
+          "over HTTP by one client, fastembed 0.9.1 in process; ours / infinity: the median of the rounds' ratios.")
     print("| case | ours | infinity-emb | fastembed (in process) | ours / infinity | ours / fastembed |")
     print("|---|---|---|---|---|---|")
     for case in CASES:
         ours_cell = figures.get(("ours", case.label))
-        versus = [ratio(ours_cell, figures.get((peer, case.label))) for peer in ("infinity", "fastembed")]
+        versus = [infinity_ratios.get(case.label), ratio(ours_cell, figures.get(("fastembed", case.label)))]
         print(f"| {case.label} | {cell(ours_cell)} | {cell(figures.get(('infinity', case.label)))} "
               f"| {cell(figures.get(('fastembed', case.label)))} | "
               + " | ".join("n/a" if r is None else f"{r:.2f}" for r in versus) + " |")
     for line in checks:
         print(line)
-    print(targets(figures))
+    print(targets(figures, infinity_ratios))
 
 
-def targets(figures: dict[tuple[str, str], dict[str, float] | str]) -> str:
-    """The issue's targets, met or missed, from the table's figures."""
+def targets(figures: dict[tuple[str, str], Figure], infinity_ratios: dict[str, float | None]) -> str:
+    """The issue's targets, met or missed, from the table's figures and ratios."""
     lines = []
     for case in CASES:
         ours = figures.get(("ours", case.label))
         if case.route == "embeddings":
-            infinity = ratio(ours, figures.get(("infinity", case.label)))
+            infinity = infinity_ratios.get(case.label)
             lines.append(f"{case.label}: ours / infinity >= 1.2: " + ("n/a" if infinity is None else
                                                                       f"{'met' if infinity >= 1.2 else 'missed'} ({infinity:.2f})"))
             if case.batch == 32:
