@@ -26,8 +26,8 @@ from kserve_v2.codec.messages import (
 from kserve_v2.datatypes import BYTES
 from kserve_v2.errors import InvalidInput, TooLarge
 from kserve_v2.tensors import pack_bytes, unpack_bytes
+from transcoding.json_io import load_json
 
-MAX_JSON_DEPTH = 100
 _ARRAY_OR_NONE = (np.ndarray, type(None))
 _NO_JSON = ("FP16", "BF16")
 
@@ -148,26 +148,6 @@ def detached(response: InferResponse) -> InferResponse:
 
 
 
-def load_json(data: bytes | memoryview) -> Any:
-    """Parse JSON, refusing nesting deeper than 100 (Triton's limit).
-
-    orjson parses; what it refuses (NaN and Infinity literals, lone surrogates, nesting past
-    its own limit, malformed text) goes through the standard library, which keeps the accepted
-    documents and the error texts as they were.
-
-    Raises:
-        InvalidInput: malformed or too deeply nested JSON -> 400.
-    """
-    data = bytes(data) if data else b"{}"
-    try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        value = _load_stdlib(data)
-    if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH:  # nesting is bounded by the opening brackets
-        _check_depth(value)
-    return value
-
-
 def _dump(header: dict[str, Any]) -> bytes:
     """Compact JSON. Output data held as numpy arrays is written by orjson straight from the buffer
     (float32 as the shortest text that reads back as the same float32); a response with data as
@@ -195,25 +175,6 @@ def _float_list(values: np.ndarray) -> list[float]:
         return [float(text) for text in values.astype(str)]
     floats: list[float] = values.tolist()
     return floats
-
-
-def _load_stdlib(data: bytes) -> Any:
-    try:
-        return json.loads(data)
-    except RecursionError:
-        raise InvalidInput(f"JSON nesting is deeper than {MAX_JSON_DEPTH}") from None
-    except (ValueError, UnicodeDecodeError) as err:
-        raise InvalidInput(f"malformed JSON: {err}") from None
-
-
-def _check_depth(value: Any) -> None:
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            raise InvalidInput(f"JSON nesting is deeper than {MAX_JSON_DEPTH}")
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
 def _add_input(parsed: HttpInfer, item: Any, binary: memoryview, offset: int, max_bytes: int) -> int:

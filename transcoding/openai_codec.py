@@ -19,7 +19,8 @@ from starlette.responses import Response
 
 from kserve_v2.errors import InputTooLong, InvalidInput, NotFound, ServerError
 from transcoding.http_status import TO_HTTP, error_headers
-from transcoding.sie_codec import MSGPACK, json_text
+from transcoding.json_io import json_text
+from transcoding.sie_codec import MSGPACK
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,8 @@ from transcoding.generate import generate_routes
 from transcoding.http_body import compressed, header_values, read_body
 from transcoding.http_routes import Handler, guarded
 from transcoding.http_status import error_response
-from transcoding.json_tensors import (HttpInfer, detached, load_json, parse_detached, parse_infer_request,
+from transcoding.json_io import load_json
+from transcoding.json_tensors import (HttpInfer, detached, parse_detached, parse_infer_request,
                                      render_detached, render_infer_response)
 from transcoding.raw_binary import raw_binary_request
 from transcoding.timing import timing_pairs

@@ -11,7 +11,6 @@ comes from the one table in ``http_status``, the code from the error's class.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -19,8 +18,6 @@ from typing import Any
 import fastjsonschema
 import msgpack
 import msgpack_numpy
-import numpy as np
-import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 from starlette.requests import Request
@@ -29,7 +26,7 @@ from starlette.responses import Response
 from kserve_v2.errors import InputTooLong, InternalError, InvalidInput, NotFound, Overloaded, ServerError, Unavailable
 from transcoding.http_body import read_body
 from transcoding.http_status import TO_HTTP, error_headers
-from transcoding.json_tensors import load_json
+from transcoding.json_io import json_text, load_json
 
 log = logging.getLogger(__name__)
 
@@ -120,29 +117,3 @@ def error_response(request: Request, err: BaseException, model: str | None = Non
     if model is not None:
         detail["model"] = model
     return render(request, {"detail": detail}, status, error_headers(err))
-
-
-def json_text(content: Any) -> bytes:
-    """``content`` (dicts, lists, numpy arrays and scalars) as compact JSON, written by orjson.
-    A numpy array or scalar with NaN or Infinity goes through the standard library instead, which
-    writes them as ``NaN`` and ``Infinity`` as before (orjson would write null)."""
-    try:
-        return orjson.dumps(content, default=_finite_default)
-    except orjson.JSONEncodeError:
-        return json.dumps(content, separators=(",", ":"), default=json_default).encode()
-
-
-def _finite_default(value: Any) -> Any:
-    """orjson's ``default``: ``json_default``, refusing non-finite floats (see ``json_text``)."""
-    if isinstance(value, (np.ndarray, np.floating)) and value.dtype.kind == "f" and not np.isfinite(value).all():
-        raise TypeError("non-finite floats")
-    return json_default(value)
-
-
-def json_default(value: Any) -> Any:
-    """``json.dumps``' ``default``: numpy arrays and scalars as plain lists and numbers."""
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")

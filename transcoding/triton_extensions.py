@@ -22,7 +22,7 @@ from kserve_v2.errors import InvalidInput
 from kserve_v2.service import InferenceService
 from transcoding.http_body import read_body
 from kserve_v2.json_pb import message_to_json
-from transcoding.json_tensors import load_json
+from transcoding.json_io import load_json
 
 Handler = Callable[[Request], Awaitable[Response]]
 

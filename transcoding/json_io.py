@@ -1,0 +1,85 @@
+"""JSON text in and out of the REST front end: orjson first, the standard library for what orjson
+refuses or would write differently, so that accepted documents, error texts and written numbers
+stay those of the standard library.
+
+- ``load_json``: every JSON body (V2, Triton's extensions, the semantic routes), with Triton's
+  nesting limit of 100;
+- ``json_text``: the semantic routes' answers, numpy arrays and scalars included.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import orjson
+
+from kserve_v2.errors import InvalidInput
+
+MAX_JSON_DEPTH = 100
+
+
+def load_json(data: bytes | memoryview) -> Any:
+    """Parse JSON, refusing nesting deeper than 100 (Triton's limit).
+
+    orjson parses; what it refuses (NaN and Infinity literals, lone surrogates, nesting past
+    its own limit, malformed text) goes through the standard library, which keeps the accepted
+    documents and the error texts as they were.
+
+    Raises:
+        InvalidInput: malformed or too deeply nested JSON -> 400.
+    """
+    data = bytes(data) if data else b"{}"
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        value = _load_stdlib(data)
+    if data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH:  # nesting is bounded by the opening brackets
+        _check_depth(value)
+    return value
+
+
+def _load_stdlib(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise InvalidInput(f"JSON nesting is deeper than {MAX_JSON_DEPTH}") from None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InvalidInput(f"malformed JSON: {err}") from None
+
+
+def _check_depth(value: Any) -> None:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidInput(f"JSON nesting is deeper than {MAX_JSON_DEPTH}")
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+def json_text(content: Any) -> bytes:
+    """``content`` (dicts, lists, numpy arrays and scalars) as compact JSON, written by orjson.
+    A numpy array or scalar with NaN or Infinity goes through the standard library instead, which
+    writes them as ``NaN`` and ``Infinity`` as before (orjson would write null)."""
+    try:
+        return orjson.dumps(content, default=_finite_default)
+    except orjson.JSONEncodeError:
+        return json.dumps(content, separators=(",", ":"), default=json_default).encode()
+
+
+def _finite_default(value: Any) -> Any:
+    """orjson's ``default``: ``json_default``, refusing non-finite floats (see ``json_text``)."""
+    if isinstance(value, (np.ndarray, np.floating)) and value.dtype.kind == "f" and not np.isfinite(value).all():
+        raise TypeError("non-finite floats")
+    return json_default(value)
+
+
+def json_default(value: Any) -> Any:
+    """``json.dumps``' ``default``: numpy arrays and scalars as plain lists and numbers."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
