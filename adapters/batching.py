@@ -90,7 +90,8 @@ class TextBatching:
         """Tokenize every member's texts as one batch (padded to its longest), run once, split back.
 
         Each member's texts, and its lengths under the ``error`` overflow policy, are checked
-        first, so a bad request fails alone.
+        first, so a bad request fails alone; a batch of one request runs as it is, its checks
+        being the run's own.
         """
         started = time.perf_counter_ns()
         try:
@@ -101,13 +102,20 @@ class TextBatching:
             return [err] * len(members)
         ragged = self._ragged()
         wanted = set(output_names) | {ragged[n] for n in output_names if n in ragged}
-        shares: list[Execution | Exception | None] = [self._refusal(m, wanted, parameters, policy) for m in members]
+        alone = len(members) == 1  # its own checks are the run's: no need to tokenize it twice
+        shares: list[Execution | Exception | None] = (
+            [None] if alone else [self._refusal(m, wanted, parameters, policy) for m in members])
         valid = [index for index, share in enumerate(shares) if share is None]
         if valid:
             merged = {**members[valid[0]], "text": np.concatenate([members[i]["text"] for i in valid])}
-            checked = {**parameters, "overflow_policy": "truncate_text"} if policy == "error" else parameters
+            checked = {**parameters, "overflow_policy": "truncate_text"} if policy == "error" and not alone else parameters
             checks_ns = time.perf_counter_ns() - started  # the members' checks count as pre-processing
-            computed, prepared, pre_ns, post_ns = self._adapter.run_steps(merged, wanted, checked)
+            try:
+                computed, prepared, pre_ns, post_ns = self._adapter.run_steps(merged, wanted, checked)
+            except ServerError as err:
+                if not alone:
+                    raise
+                return [err]
             counts = [len(members[i]["text"]) for i in valid]
             bounds = np.concatenate([[0], np.cumsum(counts)])
             item_tokens = prepared.batch.feeds["attention_mask"].sum(axis=1)
