@@ -97,6 +97,10 @@ def test_drain_finishes_uploads_and_turns_new_requests_away(tmp_path) -> None:
                     late.is_server_ready(client_timeout=10)
                     return False
                 except InferenceServerException as err:
+                    # a call that crosses the instant gRPC's shutdown begins is dropped by grpc core
+                    # (CANCELLED, seen once in a CI run); the next one must be refused
+                    if err.status() == "StatusCode.CANCELLED":
+                        return False
                     assert err.status() == "StatusCode.UNAVAILABLE", err
                     return True
             wait_until(refused, "the gRPC port to refuse new calls", timeout=10)
