@@ -16,7 +16,8 @@ rerank of 32 documents (1 caller). Each case is measured ``--rounds`` times, the
 alternating from round to round; a cell is the round with the median texts/s: texts/s
 (p50 / p99 ms), and a ratio to infinity is the median of the rounds' ratios (each round measures
 both servers minutes apart at most, so a change in the machine's load moves both). fastembed runs
-once per round after the servers have stopped; its ratio is of the median cells. Then the cosine of our vectors to each peer's and the largest difference of the
+once per round after the servers have stopped; its ratio is of the median cells. Then the cosine
+of our vectors to each peer's and the largest difference of the
 rerank scores, and the issue's targets. Models come from ../shared/models (or examples/model_repository
 after `make models`).
 
@@ -327,6 +328,7 @@ def main() -> None:
             proc.wait(60)
     if fastembed_env is not None:
         embedding_cases = {case.label: batches[case.label] for case in CASES if case.route == "embeddings"}
+        peer_probe = None  # fastembed's vectors of the probe texts, from its first round that ran
         for _ in range(rounds):
             peer = fastembed(fastembed_env, embedder, embedding_cases, probe, seconds)
             if "error" in peer:
@@ -335,9 +337,10 @@ def main() -> None:
                 continue
             for label, value in peer["cases"].items():
                 measured.setdefault(("fastembed", label), []).append(value)
-        if "error" not in peer:
+            peer_probe = peer_probe or peer["probe"]
+        if peer_probe is not None:
             checks.append(f"cosine ours / fastembed (min over {len(probe)} texts): "
-                          f"{min_cosine(ours_vectors, np.array(peer['probe'], dtype=np.float32)):.6f}")
+                          f"{min_cosine(ours_vectors, np.array(peer_probe, dtype=np.float32)):.6f}")
     figures = {key: median_round(values) for key, values in measured.items()}
     infinity_ratios = {case.label: median_ratio(measured.get(("ours", case.label), []),
                                                 measured.get(("infinity", case.label), []))

@@ -66,17 +66,17 @@ def json_text(content: Any) -> bytes:
     try:
         return orjson.dumps(content, default=_finite_default)
     except orjson.JSONEncodeError:
-        return json.dumps(content, separators=(",", ":"), default=json_default).encode()
+        return json.dumps(content, separators=(",", ":"), default=_plain).encode()
 
 
 def _finite_default(value: Any) -> Any:
-    """orjson's ``default``: ``json_default``, refusing non-finite floats (see ``json_text``)."""
+    """orjson's ``default``: ``_plain``, refusing non-finite floats (see ``json_text``)."""
     if isinstance(value, (np.ndarray, np.floating)) and value.dtype.kind == "f" and not np.isfinite(value).all():
         raise TypeError("non-finite floats")
-    return json_default(value)
+    return _plain(value)
 
 
-def json_default(value: Any) -> Any:
+def _plain(value: Any) -> Any:
     """``json.dumps``' ``default``: numpy arrays and scalars as plain lists and numbers."""
     if isinstance(value, np.ndarray):
         return value.tolist()

@@ -3,9 +3,9 @@
 Requests are msgpack when ``Content-Type`` says so, JSON otherwise, and are checked against
 ``sie_schema``: ``fastjsonschema`` (the schema compiled to Python once) accepts a valid body in
 microseconds, and a body it rejects is checked again by ``jsonschema``, whose best match names
-the error (the two agree on validity: ``tests/unit/test_schema_validators.py``). Responses are msgpack unless ``Accept`` asks for JSON; arrays
-in msgpack travel as msgpack-numpy encodes them (a map with nd/type/kind/shape/data), in JSON as
-lists. Errors are SIE's envelope ``{"detail": {"code", "message", "model"?}}``: the HTTP status
+the error (the two agree on validity: ``tests/unit/test_schema_validators.py``). Responses are
+msgpack unless ``Accept`` asks for JSON; arrays in msgpack travel as msgpack-numpy encodes them (a
+map with nd/type/kind/shape/data), in JSON as lists. Errors are SIE's envelope ``{"detail": {"code", "message", "model"?}}``: the HTTP status
 comes from the one table in ``http_status``, the code from the error's class.
 """
 
