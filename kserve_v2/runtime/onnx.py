@@ -104,6 +104,9 @@ class OnnxSession:
         self.outputs = tuple(_tensor(t) for t in self._session.get_outputs())
         self._has_bf16 = any(t.dtype is BF16 for t in self.inputs + self.outputs)
         self._string_inputs = {t.name for t in self.inputs if t.dtype is BYTES}
+        # ORT's IO binding takes no string tensors ("Only binding non-string Tensors is currently
+        # supported"): a graph with any runs through session.run, string nodes on the CPU provider
+        self._bind_io = self.on_cuda and not any(t.dtype is BYTES for t in self.inputs + self.outputs)
         # passing no RunOptions makes ORT build default ones on every run (~1.5 us)
         self._uncancellable = ort.RunOptions()
 
@@ -138,7 +141,7 @@ class OnnxSession:
         try:
             if self._has_bf16:
                 return self._run_ort_values(feeds, output_names, options)
-            if self.on_cuda:
+            if self._bind_io:
                 return self._run_io_binding(feeds, output_names, options)
             outputs: list[np.ndarray] = self._session.run(list(output_names), feeds, options)  # ORT ships no types
             return outputs
