@@ -99,9 +99,9 @@ def test_status_page_shows_models_and_a_chart_that_updates(example_server, tmp_p
             while not stop.is_set():
                 client.infer("simple", inputs)
 
+    browser = DevTools(tmp_path)  # before the traffic starts: a browser that fails to start stops no thread
     worker = threading.Thread(target=traffic)
     worker.start()
-    browser = DevTools(tmp_path)
     try:
         with connect(browser.url, max_size=2**26) as browser.ws:
             browser.call("Page.navigate", url=f"http://{example_server.http_url}/status")
