@@ -6,6 +6,7 @@ server process (both register the same protobuf symbols).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -270,6 +271,63 @@ def matmul_model(size: int, depth: int = 1) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10
     return model
+
+
+def timed_matmul_model(size: int, rows: int, seconds: float) -> onnx.ModelProto:
+    """OUTPUT0 = INPUT0 @ W, repeated by a Loop (W: [size, size] FP32 of 1/size, so rows of ones stay
+    ones), with the trip count that makes one run of ``rows`` rows take about ``seconds`` on this
+    host's CPU (ONNX Runtime's default threads, as a KIND_CPU instance has).
+
+    Timing tests need a model that stays in flight for a known time: a fixed amount of work that
+    takes a second on a 2-core CI machine is done in a tenth of that on a 16-core workstation, and
+    a chain of thousands of MatMul nodes takes ONNX Runtime too long to load. Measured once per
+    (size, rows) in this process: the median of three timed runs that take at least 50 ms each.
+    """
+    return _loop_model(size, max(1, round(seconds / _loop_trip_seconds(size, rows))))
+
+
+def _loop_model(size: int, trips: int) -> onnx.ModelProto:
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("MatMul", ["x_in", "W"], ["x_out"])],
+        "step",
+        [helper.make_tensor_value_info("trip", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [None, size])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [None, size])],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "always", "INPUT0"], ["OUTPUT0"], body=body)], "timed",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, [None, size])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, [None, size])],
+        initializer=[helper.make_tensor("W", TensorProto.FLOAT, [size, size], [1.0 / size] * (size * size)),
+                     helper.make_tensor("trips", TensorProto.INT64, [], [trips]),
+                     helper.make_tensor("always", TensorProto.BOOL, [], [True])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+@functools.cache
+def _loop_trip_seconds(size: int, rows: int) -> float:
+    import onnxruntime
+
+    feed = {"INPUT0": np.ones((rows, size), np.float32)}
+    trips = 16
+    while True:  # more trips until a run takes 50 ms, so that a run's fixed cost is no part of a trip's
+        session = onnxruntime.InferenceSession(_loop_model(size, trips).SerializeToString(),
+                                               providers=["CPUExecutionProvider"])
+        session.run(None, feed)
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            session.run(None, feed)
+            times.append(time.perf_counter() - start)
+        median = sorted(times)[1]
+        if median >= 0.05:
+            return median / trips
+        trips *= max(2, int(0.05 / max(median, 1e-6)) + 1)
 
 
 def add_model(repository: Path, name: str, model: onnx.ModelProto | bytes, config: str | None = None,

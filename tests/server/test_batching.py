@@ -14,9 +14,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from onnx import TensorProto, helper
 
-from helpers import add_model, identity_model, make_model, matmul_model, pending, start_server, wait_pending, wait_until
+from helpers import (add_model, identity_model, make_model, pending, start_server, timed_matmul_model, wait_pending,
+                     wait_until)
 
-SLOW = 1024  # matmul_model(SLOW, 1000): about a second for a batch of BLOCKING rows on two cores
+SLOW = 1024  # the width of the slow models: a batch of BLOCKING rows runs for about 0.7 s on any host
 BLOCKING = 64
 
 
@@ -40,9 +41,10 @@ def batching_server(tmp_path_factory):
     add_model(repository, "auto", identity_model(TensorProto.FLOAT, [None, 4]))
     add_model(repository, "gather", _gather_model(),
               "max_batch_size: 8\n" + one + "dynamic_batching { max_queue_delay_microseconds: 300000 }")
+    slow = timed_matmul_model(SLOW, BLOCKING, 0.7)
     for name, policy in (("bounded", "max_queue_size: 8"), ("timeout", "default_timeout_microseconds: 100000"),
                          ("slow", "")):
-        add_model(repository, name, matmul_model(SLOW, 1000),
+        add_model(repository, name, slow,
                   f"max_batch_size: {BLOCKING}\n{one}dynamic_batching {{ default_queue_policy {{ {policy} }} }}")
     server = start_server(repository, tmp_path_factory.mktemp("logs"))
     yield server

@@ -18,8 +18,8 @@ from tritonclient.utils import InferenceServerException
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from helpers import (EXAMPLES, add_model, http_in_flight, identity_model, matmul_model, start_server, wait_admitted,
-                     wait_until)
+from helpers import (EXAMPLES, add_model, http_in_flight, identity_model, start_server, timed_matmul_model,
+                     wait_admitted, wait_until)
 
 SIMPLE = {"inputs": [{"name": f"INPUT{i}", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16} for i in range(2)]}
 
@@ -60,7 +60,7 @@ def test_drain_finishes_uploads_and_turns_new_requests_away(tmp_path) -> None:
     repository = tmp_path / "repo"
     add_model(repository, "identity", identity_model(1))  # FP32 [batch, n]
     # one instance, most of a second a request: the eight gRPC requests are admitted, most running, at SIGTERM
-    add_model(repository, "slow", matmul_model(1024, depth=40), 'max_batch_size: 0\n'
+    add_model(repository, "slow", timed_matmul_model(1024, 256, 0.1), 'max_batch_size: 0\n'
               'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1, 1024] }]\ninstance_group [{ kind: KIND_CPU count: 1 }]')
     server = start_server(repository, tmp_path, "--exit-timeout-secs", "60", "--http-body-timeout-secs", "300")
     base = f"http://{server.http_url}"
@@ -154,7 +154,7 @@ def test_stream_answers_what_it_read_then_ends(tmp_path) -> None:
     repository = tmp_path / "repo"
     config = ('max_batch_size: 0\ninput [{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1, 1024] }]\n'
               'instance_group [{ kind: KIND_CPU count: 1 }]\n')
-    add_model(repository, "slow", matmul_model(1024, depth=40), config)
+    add_model(repository, "slow", timed_matmul_model(1024, 256, 0.1), config)
     server = start_server(repository, tmp_path)
     results: queue.Queue = queue.Queue()
     data = np.ones((256, 1024), dtype=np.float32)

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from helpers import add_model, make_model, matmul_model, start_server, wait_admitted
+from helpers import add_model, make_model, matmul_model, start_server, timed_matmul_model, wait_admitted
 
 
 def scale_model(factor: float):
@@ -215,7 +215,7 @@ print(ok, failed, sorted(seen))
 
 
 def test_unload_waits_for_requests_in_flight(repository: Path, tmp_path: Path) -> None:
-    add_model(repository, "slow", matmul_model(1024, depth=40),
+    add_model(repository, "slow", timed_matmul_model(1024, 512, 0.2),  # 0.2 s for the 512 rows below
               'max_batch_size: 0\ninput [{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1, 1024] }]\n'
               'instance_group [{ kind: KIND_CPU count: 1 }]')
     server = start_server(repository, tmp_path / "logs", "--model-control-mode", "explicit", "--load-model", "slow")
