@@ -1,10 +1,12 @@
 """JSON text in and out of the REST front end: orjson first, the standard library for what orjson
-refuses or would write differently, so that accepted documents, error texts and written numbers
-stay those of the standard library.
+refuses or would write differently, so that accepted documents and error texts stay those of the
+standard library.
 
 - ``load_json``: every JSON body (V2, Triton's extensions, the semantic routes), with Triton's
   nesting limit of 100;
-- ``json_text``: the semantic routes' answers, numpy arrays and scalars included.
+- ``json_text``: the semantic routes' answers, numpy arrays and scalars included, each float32
+  written as the shortest decimal that reads back as the same float32 (as text-embeddings-inference
+  writes its vectors).
 """
 
 from __future__ import annotations
@@ -61,18 +63,50 @@ def _check_depth(value: Any) -> None:
 
 def json_text(content: Any) -> bytes:
     """``content`` (dicts, lists, numpy arrays and scalars) as compact JSON, written by orjson.
-    A numpy array or scalar with NaN or Infinity goes through the standard library instead, which
-    writes them as ``NaN`` and ``Infinity`` as before (orjson would write null)."""
+
+    Contiguous numpy arrays and numpy scalars are written by orjson itself: a float32 as the
+    shortest decimal that parses back to the same float32 (``0.1``, where the float64 it widens to
+    would be ``0.10000000149011612``); a vector of 384 floats is about 40% shorter, and quicker to
+    write and to parse. A numpy array or scalar holding NaN or Infinity goes through the standard
+    library instead, which writes them as ``NaN`` and ``Infinity`` as before (orjson would write
+    ``null``, so only an answer containing ``null`` is searched for them).
+    """
     try:
-        return orjson.dumps(content, default=_finite_default)
+        text = orjson.dumps(content, default=_finite_default, option=orjson.OPT_SERIALIZE_NUMPY)
     except orjson.JSONEncodeError:
-        return json.dumps(content, separators=(",", ":"), default=_plain).encode()
+        return _dump_stdlib(content)
+    if b"null" in text and not _numpy_finite(content):
+        return _dump_stdlib(content)
+    return text
+
+
+def _dump_stdlib(content: Any) -> bytes:
+    return json.dumps(content, separators=(",", ":"), default=_plain).encode()
+
+
+def _numpy_finite(content: Any) -> bool:
+    """Whether every numpy float array and scalar within ``content`` is finite."""
+    stack = [content]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, (np.ndarray, np.floating)) and item.dtype.kind == "f" and not np.isfinite(item).all():
+            return False
+    return True
 
 
 def _finite_default(value: Any) -> Any:
-    """orjson's ``default``: ``_plain``, refusing non-finite floats (see ``json_text``)."""
+    """orjson's ``default``: refuses non-finite floats (see ``json_text``); a numeric array orjson
+    could not take as it is (strided, or of the other byte order) comes back as a contiguous copy
+    for orjson to write itself; anything else goes to ``_plain``."""
     if isinstance(value, (np.ndarray, np.floating)) and value.dtype.kind == "f" and not np.isfinite(value).all():
         raise TypeError("non-finite floats")
+    if (isinstance(value, np.ndarray) and value.dtype.kind in "biuf"
+            and not (value.flags.c_contiguous and value.dtype.isnative)):
+        return np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("="))
     return _plain(value)
 
 

@@ -46,7 +46,7 @@ from kserve_v2.settings import TOKEN_ID_MODES
 from kserve_v2.text import InputKind, OutputKind, TextContract
 from transcoding import sie_schema
 from transcoding.http_routes import guarded
-from transcoding.openai_codec import InvalidField, error_response, render
+from transcoding.openai_codec import InvalidField, error_response, render, wants_msgpack
 from transcoding.sie_codec import read_request
 from transcoding.text_calls import Call, model_info, truncation
 from transcoding.timing import semantic_timing, trace_id
@@ -113,8 +113,10 @@ class OpenAiRoutes:
             vectors = vectors[:, :dimensions]
             vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         as_base64 = body.get("encoding_format", "float") == "base64"
+        as_lists = wants_msgpack(request)  # msgpack: plain lists; JSON: the arrays (json_text writes float32)
         data = [{"object": "embedding", "index": i,
-                 "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode() if as_base64 else v.tolist()}
+                 "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode() if as_base64
+                 else v.tolist() if as_lists else v}
                 for i, v in enumerate(vectors)]
         content: dict[str, Any] = {"object": "list", "model": body["model"], "data": data,
                                    "usage": {"prompt_tokens": report.tokens, "total_tokens": report.tokens}}
