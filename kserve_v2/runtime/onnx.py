@@ -91,6 +91,8 @@ class OnnxSession:
         """Load the model.
 
         Raises:
+            ValueError: a graph with BYTES inputs and BF16 tensors (ORT's Python API can feed
+                neither alongside the other).
             Exception: whatever ORT raises for an unreadable or invalid model (reported by the
                 caller as the load failure reason).
         """
@@ -104,6 +106,11 @@ class OnnxSession:
         self.outputs = tuple(_tensor(t) for t in self._session.get_outputs())
         self._has_bf16 = any(t.dtype is BF16 for t in self.inputs + self.outputs)
         self._string_inputs = {t.name for t in self.inputs if t.dtype is BYTES}
+        if self._has_bf16 and self._string_inputs:
+            # bfloat16 reaches ORT's Python API only as OrtValues, and it makes no OrtValue of strings
+            bf16 = sorted(t.name for t in self.inputs + self.outputs if t.dtype is BF16)
+            raise ValueError(f"ONNX Runtime's Python API cannot run a graph with both BYTES inputs "
+                             f"{sorted(self._string_inputs)} and BF16 tensors {bf16}")
         # ORT's IO binding takes no string tensors ("Only binding non-string Tensors is currently
         # supported"): a graph with any runs through session.run, string nodes on the CPU provider
         self._bind_io = self.on_cuda and not any(t.dtype is BYTES for t in self.inputs + self.outputs)

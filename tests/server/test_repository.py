@@ -165,6 +165,10 @@ def test_non_strict_readiness_and_bad_configs(tmp_path) -> None:
     add_model(repository, "bad_parameter", identity_model(TensorProto.FLOAT),
               'parameters { key: "intra_op_thread_count" value: { string_value: "many" } }')
     add_model(repository, "gpu_only", identity_model(TensorProto.FLOAT), "instance_group [{ kind: KIND_GPU }]")
+    add_model(repository, "bf16_and_bytes", make_model(  # ORT's Python API cannot feed these two together
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"]), helper.make_node("Identity", ["INPUT1"], ["OUTPUT1"])],
+        [("INPUT0", TensorProto.STRING, [-1]), ("INPUT1", TensorProto.BFLOAT16, [-1])],
+        [("OUTPUT0", TensorProto.STRING, [-1]), ("OUTPUT1", TensorProto.BFLOAT16, [-1])]))
     scalar = ('max_batch_size: 0\ninput [{ name: "INPUT0" data_type: TYPE_FP32 dims: [DIMS] }]\n'
               'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [DIMS] }]')
     add_model(repository, "scalar_1dim", identity_model(TensorProto.FLOAT, []), scalar.replace("DIMS", "1"))
@@ -190,6 +194,8 @@ def test_non_strict_readiness_and_bad_configs(tmp_path) -> None:
             assert "unsupported platform" in index["wrong_backend"].reason
             assert index["tuned"].state == "READY"
             assert "invalid literal" in index["bad_parameter"].reason
+            assert ("ONNX Runtime's Python API cannot run a graph with both BYTES inputs ['INPUT0'] and BF16 tensors "
+                    "['INPUT1', 'OUTPUT1']") in index["bf16_and_bytes"].reason
             assert "asks for GPUs" in index["gpu_only"].reason or index["gpu_only"].state == "READY"  # READY on GPU hosts
             assert {m.state for n, m in index.items()
                     if n not in ("good", "tuned", "gpu_only", "scalar_1dim")} == {"UNAVAILABLE"}
