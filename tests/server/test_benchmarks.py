@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from helpers import ROOT, SHARED_MODELS, perf_analyzer
+from helpers import ROOT, SHARED_MODELS, host_gpus, perf_analyzer
 
 
 @pytest.mark.skipif(not (SHARED_MODELS / "all-MiniLM-L6-v2").is_dir(),
@@ -20,6 +20,26 @@ def test_encode_benchmark_prints_its_table() -> None:
             if line.startswith("| ") and not line.startswith("| case")}
     assert float(rows["POST /v1/encode, msgpack, one client"]) > 0
     assert float(rows["ratio server / in-process"]) > 0
+
+
+@pytest.mark.skipif(not (SHARED_MODELS / "all-MiniLM-L6-v2").is_dir(),
+                    reason="benchmarks/devices.py measures fp32 MiniLM: ONNX in ../shared/models, on PyPI safetensors only")
+def test_devices_benchmark_prints_a_row_per_device_and_case() -> None:
+    """benchmarks/devices.py --smoke: the CPU rows everywhere; on a GPU host the GPU rows and vectors equal to the CPU's."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "devices.py"), "--smoke"], capture_output=True,
+                          text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {tuple(cells[:2]): cells[2] for cells in ([c.strip() for c in line.split("|")[1:-1]]
+                                                    for line in done.stdout.splitlines())
+            if cells and cells[0] in ("cpu", "gpu")}
+    devices = ["cpu", "gpu"] if host_gpus() else ["cpu"]
+    cases = ["1 sentence", "32 sentences", "32 x 254 tokens", "compute_infer per execution"]
+    assert sorted(rows) == sorted((device, case) for device in devices for case in cases), done.stdout
+    assert all(float(p50) > 0 for p50 in rows.values())
+    if host_gpus():
+        assert float(done.stdout.split("cosine cpu / gpu (min over 8 texts): ")[1].split()[0]) > 0.999
+    else:
+        assert "no usable GPU: CPU rows only" in done.stdout
 
 
 def test_comparison_harness_prints_its_table() -> None:
