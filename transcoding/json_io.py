@@ -99,14 +99,12 @@ def _numpy_finite(content: Any) -> bool:
 
 
 def _finite_default(value: Any) -> Any:
-    """orjson's ``default``: refuses non-finite floats (see ``json_text``); a numeric array orjson
-    could not take as it is (strided, or of the other byte order) comes back as a contiguous copy
-    for orjson to write itself; anything else goes to ``_plain``."""
+    """orjson's ``default``: refuses non-finite floats (see ``json_text``); a strided numeric array
+    comes back as a contiguous copy for orjson to write itself; anything else goes to ``_plain``."""
     if isinstance(value, (np.ndarray, np.floating)) and value.dtype.kind == "f" and not np.isfinite(value).all():
         raise TypeError("non-finite floats")
-    if (isinstance(value, np.ndarray) and value.dtype.kind in "biuf"
-            and not (value.flags.c_contiguous and value.dtype.isnative)):
-        return np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("="))
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and not value.flags.c_contiguous:
+        return np.ascontiguousarray(value)
     return _plain(value)
 
 
