@@ -25,6 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encode import MODEL, model_folder, sentences  # noqa: E402 - the sibling benchmark's model and texts
 from perf import start_server  # noqa: E402
+from text_peers import min_cosine  # noqa: E402
 
 from kserve_v2.runtime.device import cuda_device_count  # noqa: E402
 
@@ -94,9 +95,7 @@ def main() -> None:
     for kind, case, p50, p99 in rows:
         print(f"| {kind} | {case} | {p50:.1f} | {'-' if p99 is None else f'{p99:.1f}'} |")
     if "gpu" in probes:
-        cosines = np.sum(probes["cpu"] * probes["gpu"], axis=1) / (
-            np.linalg.norm(probes["cpu"], axis=1) * np.linalg.norm(probes["gpu"], axis=1))
-        print(f"cosine cpu / gpu (min over 8 texts): {cosines.min():.6f}")
+        print(f"cosine cpu / gpu (min over 8 texts): {min_cosine(probes['cpu'], probes['gpu']):.6f}")
     else:
         print("no usable GPU: CPU rows only")
 

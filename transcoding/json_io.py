@@ -93,15 +93,20 @@ def _numpy_finite(content: Any) -> bool:
             stack.extend(item.values())
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
-        elif isinstance(item, (np.ndarray, np.floating)) and item.dtype.kind == "f" and not np.isfinite(item).all():
+        elif _non_finite(item):
             return False
     return True
+
+
+def _non_finite(value: Any) -> bool:
+    """Whether ``value`` is a numpy float array or scalar holding NaN or Infinity."""
+    return isinstance(value, (np.ndarray, np.floating)) and value.dtype.kind == "f" and not np.isfinite(value).all()
 
 
 def _finite_default(value: Any) -> Any:
     """orjson's ``default``: refuses non-finite floats (see ``json_text``); a strided numeric array
     comes back as a contiguous copy for orjson to write itself; anything else goes to ``_plain``."""
-    if isinstance(value, (np.ndarray, np.floating)) and value.dtype.kind == "f" and not np.isfinite(value).all():
+    if _non_finite(value):
         raise TypeError("non-finite floats")
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and not value.flags.c_contiguous:
         return np.ascontiguousarray(value)

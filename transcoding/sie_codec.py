@@ -5,8 +5,9 @@ Requests are msgpack when ``Content-Type`` says so, JSON otherwise, and are chec
 microseconds, and a body it rejects is checked again by ``jsonschema``, whose best match names
 the error (the two agree on validity: ``tests/unit/test_schema_validators.py``). Responses are
 msgpack unless ``Accept`` asks for JSON; arrays in msgpack travel as msgpack-numpy encodes them (a
-map with nd/type/kind/shape/data), in JSON as lists. Errors are SIE's envelope ``{"detail": {"code", "message", "model"?}}``: the HTTP status
-comes from the one table in ``http_status``, the code from the error's class.
+map with nd/type/kind/shape/data), in JSON as lists. Errors are SIE's envelope
+``{"detail": {"code", "message", "model"?}}``: the HTTP status comes from the one table in
+``http_status``, the code from the error's class.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 the rerank bodies of Cohere's and Jina's APIs; a tokenize body after vLLM's and TEI's).
 
 One source for two uses: ``sie_codec`` validates every request against them (``fastjsonschema``
-first, ``jsonschema`` for the error text), and ``openapi`` publishes them. The subset used is valid in OpenAPI 3.0.
+first, ``jsonschema`` for the error text), and ``openapi`` publishes them. The subset used is
+valid in OpenAPI 3.0.
 """
 
 from __future__ import annotations
