@@ -141,6 +141,11 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
             finally:
                 window.release()
 
+        def start(request: InferRequest, wire_bytes: int) -> None:
+            task = asyncio.create_task(one(request, wire_bytes))
+            running.add(task)
+            task.add_done_callback(running.discard)
+
         async def read() -> None:
             try:
                 try:
@@ -150,10 +155,19 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
                             data = await anext(request_iterator)
                         except StopAsyncIteration:
                             break
-                        request = await _decoded(offload, data, "ModelStreamInfer")
-                        task = asyncio.create_task(one(request, len(data)))
-                        running.add(task)
-                        task.add_done_callback(running.discard)
+                        if not is_heavy(len(data)):
+                            start(_decoded_now(data, "ModelStreamInfer"), len(data))
+                            continue
+                        decoding = asyncio.ensure_future(_decoded(offload, data, "ModelStreamInfer"))
+                        try:
+                            request = await asyncio.shield(decoding)
+                        except asyncio.CancelledError as err:
+                            if err.args != (_DRAIN,):
+                                decoding.cancel()
+                                raise
+                            start(await decoding, len(data))  # a message read before the drain is answered
+                            raise
+                        start(request, len(data))
                 except asyncio.CancelledError as err:
                     if err.args != (_DRAIN,):
                         raise  # the client went away: the generator's finally cancels the running requests
@@ -220,8 +234,18 @@ async def _decoded(offload: Offload, data: bytes, method: str) -> InferRequest:
     Raises:
         InvalidInput: not a valid ModelInferRequest, with the text of the other RPCs -> INVALID_ARGUMENT.
     """
+    if not is_heavy(len(data)):
+        return _decoded_now(data, method)
     try:
-        return await offload.in_thread(decode_request, data) if is_heavy(len(data)) else decode_request(data)
+        return await offload.in_thread(decode_request, data)
+    except WireError:
+        raise InvalidInput(unparsable(f"{SERVICE}.{method} request")) from None
+
+
+def _decoded_now(data: bytes, method: str) -> InferRequest:
+    """The request in ``data``, decoded here (``_decoded``'s errors)."""
+    try:
+        return decode_request(data)
     except WireError:
         raise InvalidInput(unparsable(f"{SERVICE}.{method} request")) from None
 

@@ -11,8 +11,10 @@ import threading
 import time
 
 import numpy as np
+import psutil
 import requests
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 import grpc
@@ -171,4 +173,30 @@ def test_stream_answers_what_it_read_then_ends(tmp_path) -> None:
         client.stop_stream()
     assert [error for _, error in got] == [None] * 3, [str(e) for _, e in got if e]
     assert all(result.as_numpy("OUTPUT0").shape == data.shape for result, _ in got)
+    assert server.proc.wait(timeout=60) == 0
+
+
+def test_stream_answers_a_message_still_decoding_at_the_drain(tmp_path) -> None:
+    # a 20 MB message of 10 million unknown fields takes seconds to decode (a field at a time, on the
+    # decode thread pool): SIGTERM while it decodes still answers it, as a message already read
+    repository = tmp_path / "repo"
+    add_model(repository, "identity", identity_model(1))  # FP32 [batch, n]
+    server = start_server(repository, tmp_path)
+    request = service_pb2.ModelInferRequest(model_name="identity", id="slow to decode")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 4])
+    request.raw_input_contents.append(np.arange(4, dtype=np.float32).tobytes())
+    message = request.SerializeToString() + b"\x78\x00" * 10_000_000  # field 15, a varint: unknown, skipped
+    process = psutil.Process(server.proc.pid)
+    with grpc.insecure_channel(server.url) as channel:
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        before = sum(process.cpu_times()[:2])
+        replies = stream(iter([message]))
+        # the server is idle but for this message: half a second of its CPU means it is decoding
+        wait_until(lambda: sum(process.cpu_times()[:2]) - before > 0.5, "the message to be decoding")
+        server.proc.send_signal(signal.SIGTERM)
+        answers = [service_pb2.ModelStreamInferResponse.FromString(reply) for reply in replies]
+    assert [answer.error_message for answer in answers] == [""], server.log()
+    answer = answers[0].infer_response
+    assert answer.id == "slow to decode" and answer.outputs[0].name == "OUTPUT0"
+    assert np.frombuffer(answer.raw_output_contents[0], np.float32).tolist() == [0, 1, 2, 3]
     assert server.proc.wait(timeout=60) == 0
