@@ -6,7 +6,7 @@ SHARED ?= ../shared
 REPO ?= examples/model_repository
 PROTO_OUT := kserve_v2/_proto
 
-.PHONY: venv browser proto examples models serve test unit fuzz bench clean
+.PHONY: venv openvino browser proto examples models serve test unit fuzz bench clean
 
 # One environment holds the server, the code generator and the test clients (tritonclient).
 $(BIN)/kserve-v2: pyproject.toml constraints.txt
@@ -16,6 +16,15 @@ $(BIN)/kserve-v2: pyproject.toml constraints.txt
 	touch $@
 
 venv: $(BIN)/kserve-v2
+
+# ONNX Runtime with the OpenVINO execution provider, for the test of `cpu_execution_accelerator: openvino`:
+# its own folder, put ahead of the venv's onnxruntime on PYTHONPATH by the server that test starts.
+OPENVINO_ORT := $(VENV)/openvino-ort
+$(OPENVINO_ORT)/onnxruntime/__init__.py: constraints.txt | venv
+	$(BIN)/pip install -q --no-deps -c constraints.txt --target $(OPENVINO_ORT) onnxruntime-openvino
+	touch $@
+
+openvino: $(OPENVINO_ORT)/onnxruntime/__init__.py
 
 # Headless Chromium for the test that renders /docs (Debian's package; root or sudo needed once).
 browser:
@@ -40,7 +49,7 @@ models: venv
 serve: venv
 	$(BIN)/kserve-v2 serve --model-repository $(REPO)
 
-test: venv browser
+test: venv openvino browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The unit layer alone (no server, no tritonclient), in seconds; `make test` runs it too.

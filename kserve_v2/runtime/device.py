@@ -16,6 +16,8 @@ log = logging.getLogger(__name__)
 
 CUDA_EP = "CUDAExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
+OPENVINO_EP = "OpenVINOExecutionProvider"
+OPENVINO = "openvino"  # its name as a cpu_execution_accelerator (Triton's onnxruntime backend)
 
 
 @functools.cache

@@ -10,6 +10,7 @@ returns for ``backend: "onnxruntime"``: it opens ``<version>/model.onnx`` (or th
 from __future__ import annotations
 
 import ctypes
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -22,9 +23,11 @@ from kserve_v2.datatypes import BF16, BYTES
 from kserve_v2.backend import NO_CONTEXT, Backend, BatchStrategy, Execution, Parameter, RequestContext
 from kserve_v2.cancellation import current
 from kserve_v2.errors import Cancelled, InvalidInput
-from kserve_v2.runtime.device import CPU_EP, CUDA_EP
+from kserve_v2.runtime.device import CPU_EP, CUDA_EP, OPENVINO, OPENVINO_EP
 from kserve_v2.spec import TensorDeclaration
 from kserve_v2.text import TextContract
+
+log = logging.getLogger(__name__)
 
 _GRAPH_LEVELS = {
     -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -77,7 +80,31 @@ def open_session(path: Path, config: mc.ModelConfig, spinning: bool = False) -> 
     options = session_options(parameters, config.optimization.graph.level, spinning)
     group = config.instance_group[0]
     use_cuda = group.kind == mc.ModelInstanceGroup.KIND_GPU
-    return OnnxSession(path, options, use_cuda, group.gpus[0] if use_cuda else 0)
+    accelerators = cpu_accelerators(config)
+    return OnnxSession(path, options, use_cuda, group.gpus[0] if use_cuda else 0, accelerators)
+
+
+def cpu_accelerators(config: mc.ModelConfig) -> list[tuple[str, dict[str, str]]]:
+    """The execution providers that ``optimization.execution_accelerators.cpu_execution_accelerator``
+    asks for, in order, ahead of ONNX Runtime's CPU provider (Triton's onnxruntime backend, "Model
+    Config Options"): ``openvino`` is the OpenVINO execution provider on the CPU.
+
+    Raises:
+        ValueError: a name other than ``openvino`` (Triton's text, "unknown Execution Accelerator
+            '<name>' is requested"), or ``openvino`` with an ONNX Runtime built without it (the
+            ``onnxruntime-openvino`` package installed in place of ``onnxruntime`` has it); the
+            model's load fails with this reason.
+    """
+    providers: list[tuple[str, dict[str, str]]] = []
+    for accelerator in config.optimization.execution_accelerators.cpu_execution_accelerator:
+        if accelerator.name != OPENVINO:
+            raise ValueError(f"unknown Execution Accelerator '{accelerator.name}' is requested")
+        if OPENVINO_EP not in ort.get_available_providers():
+            raise ValueError(f"Execution Accelerator '{OPENVINO}' needs ONNX Runtime with the OpenVINO execution "
+                             f"provider (the onnxruntime-openvino package in place of onnxruntime); this ONNX Runtime "
+                             f"{ort.__version__} has {ort.get_available_providers()}")
+        providers.append((OPENVINO_EP, {"device_type": "CPU"}))
+    return providers
 
 
 class OnnxSession:
@@ -87,19 +114,28 @@ class OnnxSession:
     group's ``count`` concurrent executions share it.
     """
 
-    def __init__(self, model_path: Path, options: ort.SessionOptions, use_cuda: bool, device_id: int = 0) -> None:
-        """Load the model.
+    def __init__(self, model_path: Path, options: ort.SessionOptions, use_cuda: bool, device_id: int = 0,
+                 accelerators: Sequence[tuple[str, dict[str, str]]] = ()) -> None:
+        """Load the model; ``accelerators``: execution providers to put ahead of the CPU provider
+        (``cpu_accelerators``).
 
         Raises:
+            ValueError: an accelerator that ONNX Runtime did not start (it falls back to the CPU
+                provider, printing why).
             ValueError: a graph with BYTES inputs and BF16 tensors (ORT's Python API can feed
                 neither alongside the other).
             Exception: whatever ORT raises for an unreadable or invalid model (reported by the
                 caller as the load failure reason).
         """
-        providers: list[str | tuple[str, dict[str, str]]] = [CPU_EP]
+        providers: list[str | tuple[str, dict[str, str]]] = [*accelerators, CPU_EP]
         if use_cuda:
             providers.insert(0, (CUDA_EP, {"device_id": str(device_id)}))
         self._session = ort.InferenceSession(str(model_path), options, providers=providers)
+        started = self._session.get_providers()
+        if missing := [name for name, _ in accelerators if name not in started]:
+            raise ValueError(f"ONNX Runtime could not start {missing} for this model (it ran {started})")
+        if accelerators:
+            log.info("%s runs on %s", model_path, ", ".join(started))
         self.on_cuda = self._session.get_providers()[0] == CUDA_EP
         overridable = tuple(_tensor(t, overridable=True) for t in self._session.get_overridable_initializers())
         self.inputs = tuple(_tensor(t) for t in self._session.get_inputs()) + overridable

@@ -1,7 +1,8 @@
 """ONNX Runtime options from config ``parameters`` take effect in the server, seen from outside its
 process: ``inter_op_thread_count`` sizes the inter-op thread pool (threads in /proc), and
 ``enable_mem_pattern`` the memory ORT keeps after a run (resident memory), ``allow_spinning``
-whether idle intra-op threads burn CPU between requests (CPU time). Names and meanings are those of
+whether idle intra-op threads burn CPU between requests (CPU time); ``cpu_execution_accelerator``
+``openvino`` runs the model on the OpenVINO execution provider. Names and meanings are those of
 Triton's onnxruntime backend (its README, "Model Config Options") and ORT's session options.
 """
 
@@ -13,11 +14,13 @@ import time
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 from onnx import TensorProto, helper
 
-from helpers import add_model, make_model, matmul_model, start_server
+from helpers import ROOT, add_model, make_model, matmul_model, start_server
 
 MIB = 2**20
+OPENVINO_ORT = ROOT / ".venv" / "openvino-ort"  # `make openvino`: onnxruntime-openvino in a folder of its own
 ELEMENTS = 8 * MIB  # FP32: 32 MiB a tensor
 
 
@@ -33,9 +36,12 @@ def _expanding_model():
     return model
 
 
-def _config(batch: int = 0, **parameters: str) -> str:
-    return f"max_batch_size: {batch}\ninstance_group [{{ kind: KIND_CPU count: 1 }}]\n" + "".join(
+def _config(batch: int = 0, accelerator: str = "", **parameters: str) -> str:
+    config = f"max_batch_size: {batch}\ninstance_group [{{ kind: KIND_CPU count: 1 }}]\n" + "".join(
         f'parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}\n' for key, value in parameters.items())
+    if accelerator:
+        config += f'optimization {{ execution_accelerators {{ cpu_execution_accelerator: [{{ name: "{accelerator}" }}] }} }}\n'
+    return config
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +54,8 @@ def server(tmp_path_factory):
                   _config(execution_mode="1", inter_op_thread_count=str(threads), intra_op_thread_count="1"))
     add_model(repository, "spin_default", matmul_model(256, depth=20), _config(64, intra_op_thread_count="2"))
     add_model(repository, "spin_1", matmul_model(256, depth=20), _config(64, intra_op_thread_count="2", allow_spinning="1"))
+    add_model(repository, "openvino", matmul_model(16, depth=2), _config(8, "openvino"))
+    add_model(repository, "tpu", matmul_model(16, depth=2), _config(8, "tpu"))
     running = start_server(repository, tmp_path_factory.mktemp("logs"), "--model-control-mode", "explicit")
     yield running
     assert running.stop() == 0
@@ -119,3 +127,41 @@ def test_allow_spinning_makes_idle_threads_burn_cpu(server) -> None:
         for name in used:
             client.unload_model(name)
     assert used["spin_1"] > 1.3 * used["spin_default"], used
+
+
+def test_cpu_accelerators_this_onnxruntime_lacks_fail_the_load_saying_why(server) -> None:
+    with grpcclient.InferenceServerClient(server.url) as client:
+        reasons = {}
+        for name in ("openvino", "tpu"):
+            with pytest.raises(InferenceServerException) as failed:
+                client.load_model(name)
+            reasons[name] = failed.value.message()
+            assert not client.is_model_ready(name)
+    assert "unknown Execution Accelerator 'tpu' is requested" in reasons["tpu"]  # Triton's text
+    assert "onnxruntime-openvino" in reasons["openvino"], reasons  # the venv's ONNX Runtime has no OpenVINO
+
+
+def test_openvino_accelerator_runs_the_model_on_openvino(tmp_path) -> None:
+    """The server started with onnxruntime-openvino ahead of the venv's ONNX Runtime: the model
+    with the accelerator runs on OpenVINO, the one without it on the CPU provider, same results."""
+    repository = tmp_path / "repo"
+    add_model(repository, "openvino", matmul_model(16, depth=2), _config(8, "openvino"))
+    add_model(repository, "plain", matmul_model(16, depth=2), _config(8))
+    assert (OPENVINO_ORT / "onnxruntime").is_dir(), "run `make openvino` (make test does)"
+    running = start_server(repository, tmp_path, env={"PYTHONPATH": str(OPENVINO_ORT)})
+    try:
+        data = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
+        results = {}
+        with grpcclient.InferenceServerClient(running.url) as client:
+            for name in ("openvino", "plain"):
+                tensor = grpcclient.InferInput("INPUT0", list(data.shape), "FP32")
+                tensor.set_data_from_numpy(data)
+                results[name] = client.infer(name, [tensor]).as_numpy("OUTPUT0")
+        log = running.log()
+        assert "openvino/1/model.onnx runs on OpenVINOExecutionProvider, CPUExecutionProvider" in log, log
+        assert "plain/1/model.onnx runs on" not in log
+        rows = np.repeat(data.mean(axis=1, keepdims=True), 16, axis=1)  # W is 1/16 everywhere
+        np.testing.assert_allclose(results["plain"], rows, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(results["openvino"], rows, rtol=1e-4, atol=1e-5)
+    finally:
+        assert running.stop() == 0
