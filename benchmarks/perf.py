@@ -42,11 +42,13 @@ def perf_analyzer() -> str:
     sys.exit("perf_analyzer not found: put it on PATH (pip install perf-analyzer) or keep ../shared/tools beside the project")
 
 
-def start_server(repository: Path, log: Path, *extra: str, source: Path | None = None
+def start_server(repository: Path, log: Path, *extra: str, source: Path | None = None, path: Path | None = None
                  ) -> tuple[subprocess.Popen, dict[str, int]]:
-    """Our server on free ports, from this checkout or from ``source`` (another checkout, for before/after)."""
+    """Our server on free ports, from this checkout or from ``source`` (another checkout, for before/after);
+    ``path``: a folder ahead of both on PYTHONPATH (another build of ONNX Runtime)."""
     out = open(log, "w")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"} | ({"PYTHONPATH": str(source)} if source is not None else {})
+    paths = [str(folder) for folder in (path, source) if folder is not None]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"} | ({"PYTHONPATH": os.pathsep.join(paths)} if paths else {})
     proc = subprocess.Popen([sys.executable, "-m", "kserve_v2", "serve", "--model-repository", str(repository),
                              "--grpc-address", "127.0.0.1", "--grpc-port", "0", "--http-address", "127.0.0.1",
                              "--http-port", "0", "--metrics-port", "0", *extra], stdout=out, stderr=subprocess.STDOUT,

@@ -21,8 +21,12 @@ of our vectors to each peer's and the largest difference of the
 rerank scores, and the issue's targets. Models come from ../shared/models (or examples/model_repository
 after `make models`).
 
+``--openvino`` serves ours on ONNX Runtime's OpenVINO execution provider (`cpu_execution_accelerator`
+`openvino` in the scratch copies' configs, onnxruntime-openvino from `make openvino` ahead on our
+server's PYTHONPATH); the peers keep ONNX Runtime's CPU provider.
+
 Usage: python benchmarks/text_peers.py [--seconds 10] [--rounds 3] [--smoke] [--skip-infinity] [--skip-fastembed]
-                                     [--peers-if-cached] [--cpus 2]
+                                     [--peers-if-cached] [--cpus 2] [--openvino]
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ from processes import wait_http  # noqa: E402 - sibling module
 
 HERE = Path(__file__).resolve().parent
 MINILM, RERANKER = "all-MiniLM-L6-v2", "minilm-reranker"
+OPENVINO_ORT = ROOT / ".venv" / "openvino-ort"  # `make openvino`
+OPENVINO_CONFIG = 'optimization { execution_accelerators { cpu_execution_accelerator: [{ name: "openvino" }] } }\n'
 # (cache folder name, pip install steps): torch first, so pip takes the CPU build, not the CUDA one
 INFINITY = ("infinity-emb-0.0.78", [["torch==2.13.0"], ["infinity-emb[server,optimum]==0.0.78", "optimum==2.1.0",
                                                          "optimum-onnx==0.1.0", "transformers==4.57.6"]])
@@ -272,7 +278,11 @@ def main() -> None:
                         help="run a peer only when its environment is already in the cache (no download)")
     parser.add_argument("--cpus", type=int, default=2,
                         help="run everything (servers, fastembed, the client) on the first N CPUs (the issue's 2 cores)")
+    parser.add_argument("--openvino", action="store_true",
+                        help="ours on the OpenVINO execution provider (needs `make openvino` and ../shared/models)")
     args = parser.parse_args()
+    if args.openvino and not (OPENVINO_ORT / "onnxruntime").is_dir():
+        sys.exit("--openvino: run `make openvino` first")
     cpus = sorted(os.sched_getaffinity(0))[:args.cpus]
     os.sched_setaffinity(0, cpus)  # inherited by every process started below
     seconds = 0.5 if args.smoke else args.seconds
@@ -281,6 +291,12 @@ def main() -> None:
     infinity_env = None if args.skip_infinity else peer_env(*INFINITY, create=create)
     fastembed_env = None if args.skip_fastembed else peer_env(*FASTEMBED, create=create)
     repository, work, scratch = model_files()
+    if args.openvino:
+        if repository == ROOT / "examples" / "model_repository":
+            sys.exit("--openvino edits the models' configs, so it runs on the scratch copy of ../shared/models only")
+        for name in (MINILM, RERANKER):
+            with open(repository / name / "config.pbtxt", "a") as config:
+                config.write(OPENVINO_CONFIG)
     tokenizer = Tokenizer.from_file(str(repository / MINILM / "1" / "tokenizer.json"))
     tokenizer.no_truncation()
     tokenizer.no_padding()
@@ -292,7 +308,8 @@ def main() -> None:
     running: list[subprocess.Popen] = []
     try:
         ours, ports = start_server(repository, work / "ours.log", "--model-control-mode", "explicit",
-                                   "--load-model", MINILM, "--load-model", RERANKER)
+                                   "--load-model", MINILM, "--load-model", RERANKER,
+                                   path=OPENVINO_ORT if args.openvino else None)
         running.append(ours)
         # server -> route -> base URL (infinity: one process per model, see start_infinity)
         ours_base = f"http://127.0.0.1:{ports['http']}"
