@@ -64,11 +64,12 @@ fuzz: venv
 	KSERVE_V2_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/server/test_fuzz.py
 	KSERVE_V2_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_codec_differential.py
 
-bench: venv
+bench: venv openvino
 	$(BIN)/python benchmarks/perf.py
 	$(BIN)/python benchmarks/compare.py
 	$(BIN)/python benchmarks/workers.py
 	$(BIN)/python benchmarks/text_peers.py
+	$(BIN)/python benchmarks/text_peers.py --openvino
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -311,6 +311,8 @@ def main() -> None:
                                    "--load-model", MINILM, "--load-model", RERANKER,
                                    path=OPENVINO_ORT if args.openvino else None)
         running.append(ours)
+        if args.openvino and (work / "ours.log").read_text().count("runs on OpenVINOExecutionProvider") != 2:
+            sys.exit(f"--openvino: the models did not load on OpenVINO:\n{(work / 'ours.log').read_text()}")
         # server -> route -> base URL (infinity: one process per model, see start_infinity)
         ours_base = f"http://127.0.0.1:{ports['http']}"
         servers = {"ours": {"embeddings": ours_base, "rerank": ours_base}}
