@@ -92,8 +92,8 @@ def cpu_accelerators(config: mc.ModelConfig) -> list[tuple[str, dict[str, str]]]
     Raises:
         ValueError: a name other than ``openvino`` (Triton's text, "unknown Execution Accelerator
             '<name>' is requested"), or ``openvino`` with an ONNX Runtime built without it (the
-            ``onnxruntime-openvino`` package installed in place of ``onnxruntime`` has it); the
-            model's load fails with this reason.
+            ``onnxruntime-openvino`` package has it, installed ahead of ``onnxruntime`` on
+            PYTHONPATH); the model's load fails with this reason.
     """
     providers: list[tuple[str, dict[str, str]]] = []
     for accelerator in config.optimization.execution_accelerators.cpu_execution_accelerator:
@@ -101,7 +101,7 @@ def cpu_accelerators(config: mc.ModelConfig) -> list[tuple[str, dict[str, str]]]
             raise ValueError(f"unknown Execution Accelerator '{accelerator.name}' is requested")
         if OPENVINO_EP not in ort.get_available_providers():
             raise ValueError(f"Execution Accelerator '{OPENVINO}' needs ONNX Runtime with the OpenVINO execution "
-                             f"provider (the onnxruntime-openvino package in place of onnxruntime); this ONNX Runtime "
+                             f"provider (the onnxruntime-openvino package, ahead of onnxruntime on PYTHONPATH); this ONNX Runtime "
                              f"{ort.__version__} has {ort.get_available_providers()}")
         providers.append((OPENVINO_EP, {"device_type": "CPU"}))
     return providers
