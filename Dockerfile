@@ -1,11 +1,14 @@
 # CPU image: kserve-v2 on ONNX Runtime's CPU execution provider (docs/deploy.md).
 #   docker build -t kserve-v2:cpu .                             # the server; models come from /mnt/models
 #   docker build -t kserve-v2:cpu-examples --target examples .  # plus examples/model_repository
+#   docker build --build-arg ONNXRUNTIME=onnxruntime-openvino -t kserve-v2:openvino .  # plus OpenVINO
 # Build context: the repository root (.dockerignore keeps environments and caches out).
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 
 # Build stage: a virtual environment with the server and its run-time dependencies (wheels only).
 FROM ${PYTHON_IMAGE} AS build
+# the ONNX Runtime package: onnxruntime, or onnxruntime-openvino for `cpu_execution_accelerator: openvino`
+ARG ONNXRUNTIME=onnxruntime
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml constraints.txt README.md ./
@@ -14,7 +17,7 @@ COPY kserve_v2 kserve_v2
 COPY transcoding transcoding
 COPY adapters adapters
 RUN python -m venv /opt/kserve-v2 \
- && python deploy/docker/requirements.py --onnxruntime onnxruntime > requirements.txt \
+ && python deploy/docker/requirements.py --onnxruntime "${ONNXRUNTIME}" > requirements.txt \
  && /opt/kserve-v2/bin/pip install --only-binary=:all: -c constraints.txt -r requirements.txt \
  && /opt/kserve-v2/bin/pip install --no-deps . \
  && /opt/kserve-v2/bin/pip uninstall -y pip

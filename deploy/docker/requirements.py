@@ -2,7 +2,9 @@
 
 The project depends on ``onnxruntime-gpu`` (it carries the CPU execution provider too); the CPU
 image installs the much smaller ``onnxruntime`` instead, at the version constraints.txt pins for
-``onnxruntime-gpu``. Used by the Dockerfiles' build stage (standard library only):
+``onnxruntime-gpu``, or ``onnxruntime-openvino`` (the OpenVINO execution provider, for
+``cpu_execution_accelerator: openvino``) at its own pin there. Used by the Dockerfiles' build stage
+(standard library only):
 
     python deploy/docker/requirements.py --onnxruntime onnxruntime > requirements.txt
 """
@@ -21,21 +23,24 @@ else:  # the README's floor is Python 3.10 (the images use 3.12)
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 GPU_PACKAGE = "onnxruntime-gpu"
-PACKAGES = ("onnxruntime", GPU_PACKAGE)
+OPENVINO_PACKAGE = "onnxruntime-openvino"
+PACKAGES = ("onnxruntime", GPU_PACKAGE, OPENVINO_PACKAGE)
 
 
 def requirements(onnxruntime: str, root: Path = ROOT) -> list[str]:
-    """pyproject.toml's dependencies with ``onnxruntime-gpu`` swapped for ``onnxruntime`` pinned as constraints.txt pins it.
+    """pyproject.toml's dependencies with ``onnxruntime-gpu`` swapped for the ``onnxruntime`` package
+    named, pinned as constraints.txt pins onnxruntime-gpu (onnxruntime-openvino: as it pins that).
 
     Raises:
-        ValueError: ``onnxruntime`` names another package, or constraints.txt pins no onnxruntime-gpu.
+        ValueError: ``onnxruntime`` names another package, or constraints.txt pins no version for it.
     """
     if onnxruntime not in PACKAGES:
         raise ValueError(f"--onnxruntime must be one of {PACKAGES}, got '{onnxruntime}'")
     dependencies = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
-    pins = re.findall(rf"^{re.escape(GPU_PACKAGE)}==(\S+)", (root / "constraints.txt").read_text(), re.MULTILINE)
+    pinned = OPENVINO_PACKAGE if onnxruntime == OPENVINO_PACKAGE else GPU_PACKAGE
+    pins = re.findall(rf"^{re.escape(pinned)}==(\S+)", (root / "constraints.txt").read_text(), re.MULTILINE)
     if not pins:
-        raise ValueError(f"constraints.txt pins no {GPU_PACKAGE}")
+        raise ValueError(f"constraints.txt pins no {pinned}")
     return [f"{onnxruntime}=={pins[0]}" if re.match(rf"{re.escape(GPU_PACKAGE)}\b", dep) else dep for dep in dependencies]
 
 

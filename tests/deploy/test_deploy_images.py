@@ -170,6 +170,10 @@ def test_image_requirements_swap_only_onnxruntime() -> None:
     assert f"onnxruntime=={pin}" in cpu and f"onnxruntime-gpu=={pin}" in gpu
     rest = [d for d in dependencies if not d.startswith("onnxruntime-gpu")]
     assert [d for d in cpu if not d.startswith("onnxruntime")] == rest == [d for d in gpu if not d.startswith("onnxruntime")]
+    [openvino_pin] = re.findall(r"^onnxruntime-openvino==(\S+)", (ROOT / "constraints.txt").read_text(), re.MULTILINE)
+    openvino = image_requirements.requirements("onnxruntime-openvino")  # docker build --build-arg ONNXRUNTIME=...
+    assert f"onnxruntime-openvino=={openvino_pin}" in openvino
+    assert [d for d in openvino if not d.startswith("onnxruntime")] == rest
     with pytest.raises(ValueError):
         image_requirements.requirements("tensorflow")
     done = subprocess.run([sys.executable, "deploy/docker/requirements.py", "--onnxruntime", "onnxruntime"], cwd=ROOT,
