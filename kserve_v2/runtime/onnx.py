@@ -136,7 +136,7 @@ class OnnxSession:
             raise ValueError(f"ONNX Runtime could not start {missing} for this model (it ran {started})")
         if accelerators:
             log.info("%s runs on %s", model_path, ", ".join(started))
-        self.on_cuda = self._session.get_providers()[0] == CUDA_EP
+        self.on_cuda = started[0] == CUDA_EP
         overridable = tuple(_tensor(t, overridable=True) for t in self._session.get_overridable_initializers())
         self.inputs = tuple(_tensor(t) for t in self._session.get_inputs()) + overridable
         self.outputs = tuple(_tensor(t) for t in self._session.get_outputs())
