@@ -46,13 +46,19 @@ def render(request: Request, content: Any, status: int = 200, headers: dict[str,
     return Response(json_text(content), status, headers, "application/json")
 
 
-def error_response(request: Request, err: BaseException, headers: dict[str, str] | None = None) -> Response:
-    """OpenAI's error envelope for any exception; unexpected ones are logged once and hidden as 500."""
+def error_response(request: Request, err: BaseException, headers: dict[str, str] | None = None,
+                   detail: bool = False) -> Response:
+    """OpenAI's error envelope for any exception; unexpected ones are logged once and hidden as 500.
+
+    ``detail``: the message also as a top-level ``detail`` string, the error body of Jina's
+    reranker API (FastAPI's shape), which Jina's clients read on a failure; OpenAI's clients
+    read ``error`` alone, so both kinds of client see the same message.
+    """
     headers = dict(headers or {})
     if not isinstance(err, ServerError):
         log.error("unexpected error while serving a request", exc_info=err)
         error = {"message": "Internal server error", "type": "server_error", "param": None, "code": None}
-        return render(request, {"error": error}, 500, headers)
+        return render(request, _envelope(error, detail), 500, headers)
     status, code, param = TO_HTTP[err.code], None, getattr(err, "param", None)
     if isinstance(err, NotFound):
         code, param = "model_not_found", param or "model"
@@ -61,4 +67,8 @@ def error_response(request: Request, err: BaseException, headers: dict[str, str]
     log.info("HTTP request failed: %d: %s", status, err)
     error = {"message": str(err), "type": "invalid_request_error" if status < 500 else "server_error",
              "param": param, "code": code}
-    return render(request, {"error": error}, status, {**headers, **error_headers(err)})
+    return render(request, _envelope(error, detail), status, {**headers, **error_headers(err)})
+
+
+def _envelope(error: dict[str, Any], detail: bool) -> dict[str, Any]:
+    return {"error": error, "detail": error["message"]} if detail else {"error": error}

@@ -53,9 +53,9 @@ from transcoding.timing import semantic_timing, trace_id
 from transcoding.token_ids import decode_cl100k, input_items
 
 
-def openai_error(request: Request, err: Exception) -> Response:
-    """OpenAI's error envelope, with ``X-Trace-ID``."""
-    return error_response(request, err, {"X-Trace-ID": trace_id(request.headers)})
+def openai_error(request: Request, err: Exception, detail: bool = False) -> Response:
+    """OpenAI's error envelope, with ``X-Trace-ID`` (``detail``: see ``openai_codec.error_response``)."""
+    return error_response(request, err, {"X-Trace-ID": trace_id(request.headers)}, detail)
 
 
 class OpenAiRoutes:

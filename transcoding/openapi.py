@@ -142,11 +142,11 @@ def _openai(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
                                                     "application/msgpack": {"schema": schema}}}
 
 
-def _openai_errors(*codes: int) -> dict[str, Any]:
+def _openai_errors(*codes: int, schema: str = "OpenAIError") -> dict[str, Any]:
     text = {400: "invalid_request_error (context_length_exceeded for an over-long input)",
             404: "invalid_request_error, code model_not_found", 413: "request over --http-max-input-size",
             500: "server_error", 503: "server_error: model not loaded or a full queue (with Retry-After)"}
-    return {str(code): _openai({"$ref": "#/components/schemas/OpenAIError"}, text[code]) for code in codes}
+    return {str(code): _openai({"$ref": f"#/components/schemas/{schema}"}, text[code]) for code in codes}
 
 
 def _semantic_routes() -> dict[str, Any]:
@@ -177,7 +177,8 @@ def _semantic_routes() -> dict[str, Any]:
         **{path: {"post": {
             "summary": "Rerank documents against a query (Cohere v1/v2, Jina and vLLM bodies; results best first)",
             "requestBody": {"required": True, "content": {"application/json": {"schema": sie_schema.RERANK}}},
-            "responses": {"200": _openai(obj), **openai_errors}}} for path in ("/v1/rerank", "/v2/rerank", "/rerank")},
+            "responses": {"200": _openai(obj), **_openai_errors(400, 404, 413, 500, 503, schema="RerankError")}}}
+          for path in ("/v1/rerank", "/v2/rerank", "/rerank")},
         "/v1/models": {"get": {"summary": "Text models, loaded or not: OpenAI's list (object, data) and SIE's (models)",
                                "responses": {"200": _openai(obj), **_openai_errors(500)}}},
         "/v1/models/{model}": {"get": {"summary": "One text model: OpenAI's Model beside SIE's ModelInfo",
@@ -203,6 +204,9 @@ def _schemas() -> dict[str, Any]:
             "type": "object", "required": ["message", "type", "param", "code"], "properties": {
                 "message": {"type": "string"}, "type": {"type": "string"},
                 "param": {"type": "string", "nullable": True}, "code": {"type": "string", "nullable": True}}}}},
+        "RerankError": {"allOf": [{"$ref": "#/components/schemas/OpenAIError"}, {
+            "type": "object", "required": ["detail"], "properties": {"detail": {
+                "type": "string", "description": "the message again: the error body of Jina's reranker API"}}}]},
         "SieError": {"type": "object", "required": ["detail"], "properties": {"detail": {
             "type": "object", "required": ["code", "message"], "properties": {
                 "code": {"type": "string"}, "message": {"type": "string"}, "model": {"type": "string"}}}}},

@@ -11,13 +11,15 @@ loaded text model gives scores); null fields count as missing. The answer carrie
 ``usage`` (the tokenizer's tokens), best first, plus SIE's ``timing``. It is the call behind SIE's
 ``/v1/score`` (``text_calls.Call.score``), run by ``TextModels.infer``; errors come in
 OpenAI's envelope, as vLLM answers them (an over-long document with ``truncate: NONE``:
-``context_length_exceeded``, naming its token count and the limit).
+``context_length_exceeded``, naming its token count and the limit), with the message also as
+Jina's top-level ``detail``, which Jina's clients raise.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from functools import partial
 from typing import Any
 
 from starlette.requests import Request
@@ -51,7 +53,8 @@ class RerankRoutes:
 
     def routes(self) -> list[Route]:
         """``POST`` on every path of ``PATHS``."""
-        return [Route(path, guarded(self.rerank, openai_error), methods=["POST"]) for path in PATHS]
+        envelope = partial(openai_error, detail=True)
+        return [Route(path, guarded(self.rerank, envelope), methods=["POST"]) for path in PATHS]
 
     async def rerank(self, request: Request) -> Response:
         """The documents ranked by relevance to the query, best first (see the module docstring)."""

@@ -122,6 +122,7 @@ def test_truncate_and_instruction(rerank_server) -> None:
 def test_bad_bodies_get_openai_errors(rerank_server, body, status, code, text) -> None:
     got_status, got = post(rerank_server, "/v1/rerank", body)
     assert got_status == status and got["error"]["code"] == code and text in got["error"]["message"], got
+    assert got["detail"] == got["error"]["message"]  # Jina's error body, which its clients raise
 
 
 def test_the_model_may_be_left_out_when_one_loaded_model_scores(rerank_server) -> None:
@@ -184,6 +185,9 @@ def test_langchain_and_llamaindex_rerankers_unmodified(rerank_server, text_model
         ranked = reranker.postprocess_nodes(nodes, QueryBundle(QUERY))
         assert [n.node.get_content() for n in ranked] == [DOCUMENTS[1], DOCUMENTS[0]], type(reranker).__name__
         assert ranked[0].score == pytest.approx(best, abs=2e-4)
+    # Jina's client raises the body's ``detail`` when there are no results
+    with pytest.raises(RuntimeError, match="Model 'no-such-model' not found"):
+        JinaRerank(model="no-such-model", api_key="unused", base_url=base + "/v1").postprocess_nodes(nodes, QueryBundle(QUERY))
 
 
 def test_rerank_requests_are_counted_under_their_endpoint(rerank_server) -> None:
