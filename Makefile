@@ -62,7 +62,7 @@ unit: venv
 FUZZ_EXAMPLES ?= 20000
 fuzz: venv
 	KSERVE_V2_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/server/test_fuzz.py
-	KSERVE_V2_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_codec_differential.py
+	KSERVE_V2_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/codec/test_codec_differential.py
 
 bench: venv openvino
 	$(BIN)/python benchmarks/perf.py

@@ -30,12 +30,11 @@ from adapters.batching import TextBatching
 from adapters.inputs import flag_parameter, string_parameter, texts, with_instruction
 from adapters.tokenizer import TOKEN_COLUMNS, Batch, TextTokenizer
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext
-from kserve_v2.datatypes import BY_V2, BYTES
-from kserve_v2.errors import InvalidInput
+from kserve_v2.backend import (NO_CONTEXT, Execution, InputKind, OutputKind, Parameter, RequestContext, TensorDeclaration,
+                               TextContract, TextInput, TextOutput)
+from kserve_v2.protocol.datatypes import BY_V2, BYTES
+from kserve_v2.protocol.errors import InvalidInput
 from kserve_v2.runtime.onnx import open_session
-from kserve_v2.spec import TensorDeclaration
-from kserve_v2.text import InputKind, OutputKind, TextContract, TextInput, TextOutput
 
 TOKENIZER_FILE = "tokenizer.json"
 DEFAULT_MAX_LENGTH = 512

@@ -18,9 +18,8 @@ import numpy as np
 from adapters.inputs import string_parameter
 from adapters.tokenizer import OVERFLOW_POLICIES, Batch, TextTokenizer
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import Execution, Parameter, RequestContext
-from kserve_v2.errors import InvalidInput, ServerError
-from kserve_v2.text import TextContract
+from kserve_v2.backend import Execution, Parameter, RequestContext, TextContract
+from kserve_v2.protocol.errors import InvalidInput, ServerError
 
 # texts in one merged batch, unless preferred_batch_size says otherwise
 TEXT_BATCH_ITEMS = 64

@@ -34,9 +34,8 @@ import numpy as np
 from adapters.base import Prepared, TextAdapter
 from adapters.inputs import string_parameter, texts
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import Backend, Parameter
-from kserve_v2.errors import InvalidInput
-from kserve_v2.text import InputKind, OutputKind, TextInput, TextOutput
+from kserve_v2.backend import Backend, InputKind, OutputKind, Parameter, TextInput, TextOutput
+from kserve_v2.protocol.errors import InvalidInput
 from tokenizers import Encoding
 
 AGGREGATION_STRATEGIES = ("simple", "first", "max", "average", "none")

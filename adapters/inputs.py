@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from kserve_v2.backend import Parameter
-from kserve_v2.errors import InvalidInput
+from kserve_v2.protocol.errors import InvalidInput
 
 
 def texts(feeds: Mapping[str, np.ndarray], name: str) -> list[str]:

@@ -26,9 +26,8 @@ import numpy as np
 from adapters.base import Prepared, TextAdapter
 from adapters.inputs import int_parameter, string_parameter
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import Backend, Parameter
-from kserve_v2.errors import InvalidInput
-from kserve_v2.text import InputKind, OutputKind, TextInput, TextOutput
+from kserve_v2.backend import Backend, InputKind, OutputKind, Parameter, TextInput, TextOutput
+from kserve_v2.protocol.errors import InvalidInput
 
 ACTIVATIONS = ("sigmoid", "none")
 # the class names sentence-transformers writes into config.json -> our activation

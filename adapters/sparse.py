@@ -21,8 +21,7 @@ import numpy as np
 
 from adapters.base import Prepared, TextAdapter
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import Backend, Parameter
-from kserve_v2.text import InputKind, OutputKind, TextInput, TextOutput
+from kserve_v2.backend import Backend, InputKind, OutputKind, Parameter, TextInput, TextOutput
 
 
 class SparseAdapter(TextAdapter[Prepared]):

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from kserve_v2.errors import InputTooLong, InvalidInput
+from kserve_v2.protocol.errors import InputTooLong, InvalidInput
 
 OVERFLOW_POLICIES = ("default", "truncate_text", "error")
 DIRECTIONS = ("right", "left")

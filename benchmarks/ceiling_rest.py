@@ -22,7 +22,7 @@ import uvicorn
 
 from ceiling_grpc import configs, metadata  # sibling module
 from kserve_v2._proto import grpc_service_pb2 as pb
-from kserve_v2.json_pb import message_to_json
+from kserve_v2.protocol.json_pb import message_to_json
 from processes import fork_workers  # sibling module
 
 JSON = [(b"content-type", b"application/json")]
@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("--repository", type=Path, required=True)
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the port")
     args = parser.parse_args()
-    from kserve_v2.ports import shared_socket  # here: benchmarks/in_process.py imports this module with older checkouts
+    from kserve_v2.host.ports import shared_socket  # here: benchmarks/in_process.py imports this module with older checkouts
 
     fork_workers(args.workers)
     print(f"ceiling REST listening on 127.0.0.1:{args.port}", flush=True)

@@ -47,7 +47,7 @@ import triton  # noqa: E402 - sibling module
 from cache import cache_dir  # noqa: E402 - sibling module
 from perf import ROOT, perf_analyzer, run, start_server, tensor_window  # noqa: E402 - the sibling benchmark's helpers
 
-from kserve_v2.allocator import huge_page_environment, this_host  # noqa: E402
+from kserve_v2.host.allocator import huge_page_environment, this_host  # noqa: E402
 from processes import wait_http  # noqa: E402 - sibling module
 
 HERE = Path(__file__).resolve().parent
@@ -116,7 +116,7 @@ def start_mlserver(folder: Path, log: Path) -> tuple[list[subprocess.Popen], dic
 def start_ceiling(work: Path, workers: int = 1) -> tuple[list[subprocess.Popen], dict[str, int]]:
     """Both ceiling servers (gRPC and REST), each its own process (``workers`` processes on its port)."""
     ports = {"grpc": _free_port(), "http": _free_port()}
-    # the allocator setting `kserve-v2` starts itself with (kserve_v2/allocator.py), so the stack compares alike
+    # the allocator setting `kserve-v2` starts itself with (kserve_v2/host/allocator.py), so the stack compares alike
     env = {**(huge_page_environment(os.environ, *this_host()) or os.environ),
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
     procs = []

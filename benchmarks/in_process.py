@@ -4,7 +4,7 @@ Four measurements, each the process CPU time of many calls divided by their numb
 - grpc: what the gRPC server runs of ours per request: ModelInfer's handler as it is registered
   (its deserializer when it has one, the servicer, its serializer when it has one) on the bytes
   perf_analyzer sends;
-- rest: the REST ASGI application (``transcoding.http_app.build_app``, metrics on) answering
+- rest: the REST ASGI application (``transcoding.app.build_app``, metrics on) answering
   ``POST /v2/models/simple/infer`` with a JSON body, without uvicorn;
 - bare: the do-nothing ASGI app of ``ceiling_rest.py`` (reads the body, ``json.loads`` it, sends a
   prepared answer) with the same request, the floor of any REST app in this harness;
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import statistics
@@ -52,13 +53,14 @@ async def _measure(source: Path, requests: int) -> dict[str, float]:
     from kserve_v2._proto import grpc_service_pb2 as pb
     from kserve_v2._proto import grpc_service_pb2_grpc as pb_grpc
     from kserve_v2.grpc import servicer as servicer_module
-    from kserve_v2.metrics import InferenceMetrics
     from kserve_v2.repository.manager import ModelManager
-    from kserve_v2.service import InferenceService, ServerState
-    try:
-        from transcoding.http_app import build_app
-    except ImportError:  # a checkout from before the HTTP application left transcoding.rest (--source)
-        from transcoding.rest import build_app
+
+    # each name where this checkout has it, else where an older one (--source) had it: before the
+    # subpackages by concern, and before the HTTP application left transcoding.rest
+    InferenceMetrics = _first("kserve_v2.observability.metrics", "kserve_v2.metrics", name="InferenceMetrics")
+    service_module = _first("kserve_v2.service.inference_service", "kserve_v2.service")
+    InferenceService, ServerState = service_module.InferenceService, service_module.ServerState
+    build_app = _first("transcoding.app", "transcoding.http_app", "transcoding.rest", name="build_app")
 
     manager = ModelManager([source / "examples" / "model_repository"], 0, lambda: None, ready_when_empty=True)
     await manager.load_startup_models(["simple", "identity_fp32"])
@@ -151,6 +153,20 @@ class _Context:
 
     async def abort(self, code: object, details: str) -> None:
         raise SystemExit(f"ModelInfer failed: {code} {details}")
+
+
+def _first(*modules: str, name: str = "") -> Any:
+    """The first of ``modules`` this checkout has (or its attribute ``name``)."""
+    for module in modules:
+        try:
+            found = importlib.import_module(module)
+        except ImportError:
+            continue
+        if not name:
+            return found
+        if hasattr(found, name):
+            return getattr(found, name)
+    raise SystemExit(f"none of {modules} has {name or 'the module'}")
 
 
 def _model_infer_handler(servicer_module: Any, pb_grpc: Any, service: Any) -> Any:

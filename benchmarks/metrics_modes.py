@@ -35,8 +35,8 @@ def record(mode: str, requests: int) -> float:
 
     registry = CollectorRegistry()
     if mode == "ours":
-        from kserve_v2.metrics import InferenceMetrics
-        from kserve_v2.statistics import RequestReport
+        from kserve_v2.observability.metrics import InferenceMetrics
+        from kserve_v2.protocol.statistics import RequestReport
 
         metrics = InferenceMetrics(registry)
         report = RequestReport(1, 1, 1, 100_000, 1_000, 2_000, 3_000, 4_000)

@@ -25,31 +25,31 @@ from typing import Any
 from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry, ProcessCollector, disable_created_metrics
 
-from kserve_v2.budget import MemoryBudget
-from kserve_v2.lifecycle import State
-from kserve_v2.cpu_metrics import CpuCollector
-from kserve_v2.errors import ServerError
 from kserve_v2.grpc.server import SERVICE_NAME, build_server
-from kserve_v2.gpu import GpuCollector
-from kserve_v2.log_settings import LogSettings
-from kserve_v2.metrics import InferenceMetrics
-from kserve_v2.offload import Offload
-from kserve_v2.replicas import Call, ReplicaGroup, ReplicaState
-from kserve_v2.replicated import ReplicatedService, observe_group
+from kserve_v2.models.lifecycle import State
+from kserve_v2.observability.cpu_metrics import CpuCollector
+from kserve_v2.observability.gpu import GpuCollector
+from kserve_v2.observability.log_settings import LogSettings
+from kserve_v2.observability.metrics import InferenceMetrics
+from kserve_v2.observability.status import StatusReporter
+from kserve_v2.observability.tracing import Tracing
+from kserve_v2.protocol.errors import ServerError
 from kserve_v2.repository import layout, poller
 from kserve_v2.repository.manager import ModelManager
+from kserve_v2.request.budget import MemoryBudget
+from kserve_v2.request.offload import Offload
+from kserve_v2.request.shared_memory import SharedMemoryRegistry
 from kserve_v2.runtime.device import cuda_device_count
-from kserve_v2.service import InferenceService, ServerState
-from kserve_v2.settings import Settings
-from kserve_v2.shared_memory import SharedMemoryRegistry
-from kserve_v2.status import StatusReporter
-from kserve_v2.tracing import Tracing
-from kserve_v2.restrictions import parse_restrictions
-from transcoding.http_access import AccessMiddleware
-from transcoding.http_limits import ConnectionLimits
-from transcoding.http_app import build_app, build_metrics_app
-from transcoding.sie_metrics import SieMetrics
-from transcoding.server import HttpServer, TlsFiles
+from kserve_v2.service.inference_service import InferenceService, ServerState
+from kserve_v2.settings.restrictions import parse_restrictions
+from kserve_v2.settings.server import Settings
+from kserve_v2.workers.replicas import Call, ReplicaGroup, ReplicaState
+from kserve_v2.workers.replicated import ReplicatedService, observe_group
+from transcoding.app import build_app, build_metrics_app
+from transcoding.http.access import AccessMiddleware
+from transcoding.http.limits import ConnectionLimits
+from transcoding.http.server import HttpServer, TlsFiles
+from transcoding.semantic.sie_metrics import SieMetrics
 
 log = logging.getLogger(__name__)
 LIVE_SERVICE = "live"  # grpc.health.v1 service name of liveness, for Kubernetes' gRPC liveness probe
@@ -58,8 +58,8 @@ GRPC_PICKUP_S = 0.2  # on SIGTERM, seconds gRPC goes on picking up calls that ar
 
 class App:
     """One server process, or one replica of ``--workers N`` (``group``: its link to the others;
-    ``kserve_v2.supervisor``): then its ports are shared (``SO_REUSEPORT``), its control calls reach
-    every replica and its observers see all of them (``kserve_v2.replicated``)."""
+    ``kserve_v2.workers.supervisor``): then its ports are shared (``SO_REUSEPORT``), its control calls reach
+    every replica and its observers see all of them (``kserve_v2.workers.replicated``)."""
 
     def __init__(self, settings: Settings, group: ReplicaGroup | None = None) -> None:
         self.settings = settings

@@ -28,16 +28,16 @@ from typing import Any
 import uvloop
 
 from kserve_v2 import __version__
-from kserve_v2.allocator import huge_page_environment, this_host
-from kserve_v2.cpus import usable_cpus
-from kserve_v2.log_settings import log_to_stderr
-from kserve_v2.metrics_config import MetricsConfig, parse_metrics_config
-from kserve_v2.restrictions import GROUPS
-from kserve_v2.replicas import ReplicaGroup
-from kserve_v2.settings import (CONTROL_MODES, EVENT_LOOPS, LOG_FORMATS, TOKEN_ID_MODES, GrpcSettings, HttpSettings,
+from kserve_v2.host.allocator import huge_page_environment, this_host
+from kserve_v2.host.cpus import usable_cpus
+from kserve_v2.observability.log_settings import log_to_stderr
+from kserve_v2.settings.metrics_config import MetricsConfig, parse_metrics_config
+from kserve_v2.settings.restrictions import GROUPS
+from kserve_v2.workers.replicas import ReplicaGroup
+from kserve_v2.settings.server import (CONTROL_MODES, EVENT_LOOPS, LOG_FORMATS, TOKEN_ID_MODES, GrpcSettings, HttpSettings,
                                 Settings, TlsSettings)
-from kserve_v2.supervisor import Supervisor, reserve_ports
-from kserve_v2.trace_config import TraceConfig, parse_trace_config
+from kserve_v2.settings.trace_config import TraceConfig, parse_trace_config
+from kserve_v2.workers.supervisor import Supervisor, reserve_ports
 
 ENV_PREFIX = "KSERVE_V2_"
 # Settings fields that are not one flag each: they are built from several flags (see _settings)
@@ -237,7 +237,7 @@ def _network_flags(serve: argparse.ArgumentParser, flag: Callable[..., None], de
 
 def parse_settings(argv: Sequence[str]) -> Settings:
     """Turn ``serve`` arguments (and environment variables) into Settings; exits with usage on error
-    (Settings' own checks included: ``kserve_v2.settings``)."""
+    (Settings' own checks included: ``kserve_v2.settings.server``)."""
     parser = _parser()
     args = parser.parse_args(argv)
     repositories = args.model_repository
@@ -300,7 +300,7 @@ def _loop_factory(settings: Settings) -> Callable[[], asyncio.AbstractEventLoop]
 
 
 def _supervise(settings: Settings) -> int:
-    """``--workers N``: reserve the ports and run the supervisor of N replicas (``kserve_v2.supervisor``)."""
+    """``--workers N``: reserve the ports and run the supervisor of N replicas (``kserve_v2.workers.supervisor``)."""
     import kserve_v2.app  # noqa: F401 - before the fork: the replicas share its pages and need not import it
 
     try:
@@ -319,7 +319,7 @@ def _replica(settings: Settings, index: int, sock: socket.socket, restarted: boo
 
 
 def _start_with_huge_pages() -> None:
-    """Start this command once more with malloc's huge page tunable (``kserve_v2.allocator``); returns
+    """Start this command once more with malloc's huge page tunable (``kserve_v2.host.allocator``); returns
     only when there is nothing to gain or the start fails."""
     environment = huge_page_environment(os.environ, *this_host())
     if environment is not None:

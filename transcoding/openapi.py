@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kserve_v2 import __version__, datatypes
-from transcoding import sie_schema
+from kserve_v2 import __version__
+from kserve_v2.protocol import datatypes
+from transcoding.semantic import body_schemas
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _DIMS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
@@ -163,20 +164,20 @@ def _semantic_routes() -> dict[str, Any]:
 
     text = {"200": {"description": "ok", "content": {"application/json": {"schema": {"type": "string"}}}}}
     return {
-        "/v1/encode/{model}": post("Dense, sparse or multivector embeddings of text items", sie_schema.ENCODE, model),
-        "/v1/score/{model}": post("Score items against a query, sorted, with rank", sie_schema.SCORE, model),
-        "/v1/extract/{model}": post("Entities (character spans) in text items", sie_schema.EXTRACT, model),
+        "/v1/encode/{model}": post("Dense, sparse or multivector embeddings of text items", body_schemas.ENCODE, model),
+        "/v1/score/{model}": post("Score items against a query, sorted, with rank", body_schemas.SCORE, model),
+        "/v1/extract/{model}": post("Entities (character spans) in text items", body_schemas.EXTRACT, model),
         "/v1/embeddings": {"post": {
             "summary": "OpenAI-compatible embeddings (input: string, strings, token ids, or lists of token ids)",
-            "requestBody": {"required": True, "content": {"application/json": {"schema": sie_schema.EMBEDDINGS}}},
+            "requestBody": {"required": True, "content": {"application/json": {"schema": body_schemas.EMBEDDINGS}}},
             "responses": {"200": _openai(obj), **openai_errors}}},
         "/v1/tokenize": {"post": {
             "summary": "Token ids, counts, offsets and special flags of each input, untruncated, with the model's max_model_len",
-            "requestBody": {"required": True, "content": {"application/json": {"schema": sie_schema.TOKENIZE}}},
+            "requestBody": {"required": True, "content": {"application/json": {"schema": body_schemas.TOKENIZE}}},
             "responses": {"200": _openai(obj), **openai_errors}}},
         **{path: {"post": {
             "summary": "Rerank documents against a query (Cohere v1/v2, Jina and vLLM bodies; results best first)",
-            "requestBody": {"required": True, "content": {"application/json": {"schema": sie_schema.RERANK}}},
+            "requestBody": {"required": True, "content": {"application/json": {"schema": body_schemas.RERANK}}},
             "responses": {"200": _openai(obj), **_openai_errors(400, 404, 413, 500, 503, schema="RerankError")}}}
           for path in ("/v1/rerank", "/v2/rerank", "/rerank")},
         "/v1/models": {"get": {"summary": "Text models, loaded or not: OpenAI's list (object, data) and SIE's (models)",

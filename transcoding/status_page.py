@@ -19,7 +19,7 @@ INTERVAL_SECS = 0.2
 
 
 def status_socket(snapshot: Callable[[], Awaitable[dict[str, Any]]]) -> Callable[[WebSocket], Awaitable[None]]:
-    """The /ws/status endpoint: sends ``await snapshot()`` (``kserve_v2.status.StatusReporter``'s
+    """The /ws/status endpoint: sends ``await snapshot()`` (``kserve_v2.observability.status.StatusReporter``'s
     object, of every replica with ``--workers``) every 200 ms until the client leaves."""
 
     async def endpoint(websocket: WebSocket) -> None:

@@ -10,7 +10,7 @@ are data): a header seen before is not decoded again, and validation keeps what 
 on the header (``RequestHeader.memo``).
 
 The result is what upb (the ``protobuf`` package's parser) gives for the same bytes, field by field,
-and the bytes upb refuses are refused (``WireError``): ``tests/unit/test_codec_differential.py``
+and the bytes upb refuses are refused (``WireError``): ``tests/unit/codec/test_codec_differential.py``
 checks both on valid, mutated, truncated and hand-made messages. Rules followed besides
 ``kserve_v2.codec.wire``'s: the last value of a singular field wins; a message field sent twice
 merges (repeated fields appended, the later oneof member set wins); a map entry with a field it

@@ -5,7 +5,7 @@ A response is written as one ``bytes`` (grpc.aio sends only ``bytes``): its smal
 an output array's bytes are copied once, straight into the message. Fields are written as proto3
 writes them (empty strings and empty repeated fields left out, a oneof member always written), so
 upb parses the result into the message the generated classes would have built
-(``tests/unit/test_codec_differential.py``).
+(``tests/unit/codec/test_codec_differential.py``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from kserve_v2.restrictions import Restriction
+from kserve_v2.settings.restrictions import Restriction
 
 _SERVICE = "/inference.GRPCInferenceService/"
 _HEALTH = "/grpc.health.v1.Health/"

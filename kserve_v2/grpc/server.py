@@ -12,9 +12,9 @@ from kserve_v2.grpc.access import RestrictedProtocolInterceptor
 from kserve_v2.grpc.health import DrainingHealthServicer
 from kserve_v2.grpc.registration import CheckedRegistration
 from kserve_v2.grpc.servicer import RAW_METHODS, SERVICE, Servicer
-from kserve_v2.restrictions import parse_restrictions
-from kserve_v2.service import InferenceService
-from kserve_v2.settings import Settings, TlsSettings
+from kserve_v2.service.inference_service import InferenceService
+from kserve_v2.settings.restrictions import parse_restrictions
+from kserve_v2.settings.server import Settings, TlsSettings
 
 # Triton's limit both ways (INT32_MAX): tritonclient sends and accepts messages up to 2 GiB - 1.
 MAX_MESSAGE_BYTES = 2**31 - 1

@@ -27,11 +27,11 @@ from kserve_v2.codec.messages import Buffer, InferParameter, InferRequest, Infer
 from kserve_v2.codec.requests import decode_request
 from kserve_v2.codec.responses import encode_stream_error, response_parts, stream_parts
 from kserve_v2.codec.wire import WireError
-from kserve_v2.errors import InvalidInput
 from kserve_v2.grpc.parsing import unparsable
 from kserve_v2.grpc.status import describe
-from kserve_v2.offload import Offload, is_heavy
-from kserve_v2.service import InferenceService
+from kserve_v2.protocol.errors import InvalidInput
+from kserve_v2.request.offload import Offload, is_heavy
+from kserve_v2.service.inference_service import InferenceService
 
 # Triton's stream parameters: the request asks for a response carrying only the final flag, and
 # every response says whether it is its request's last (``stream_infer_handler.cc``)

@@ -7,7 +7,7 @@ from typing import Any, Final, NoReturn
 
 import grpc
 
-from kserve_v2.errors import ErrorCode, ServerError
+from kserve_v2.protocol.errors import ErrorCode, ServerError
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from google.protobuf import json_format, text_format
 
 from kserve_v2 import backend
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.spec import TensorDeclaration
-from kserve_v2.sequence_config import reserved_names
+from kserve_v2.protocol.model_spec import TensorDeclaration
+from kserve_v2.scheduling.sequence_config import reserved_names
 
 if TYPE_CHECKING:
     from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
@@ -27,7 +27,7 @@ _Tensor = TypeVar("_Tensor", mc.ModelInput, mc.ModelOutput)
 
 CONFIG_FILE = "config.pbtxt"
 PLATFORM = "onnxruntime_onnx"
-ENSEMBLE = "ensemble"  # Triton's ensemble platform: steps run other models (kserve_v2.ensemble)
+ENSEMBLE = "ensemble"  # Triton's ensemble platform: steps run other models (kserve_v2.scheduling.ensemble)
 DEFAULT_MAX_BATCH_SIZE = 4
 DEFAULT_CPU_INSTANCES = 2
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.errors import InvalidInput
+from kserve_v2.protocol.errors import InvalidInput
 
 MAX_NAME_BYTES = 255
 

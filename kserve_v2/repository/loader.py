@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kserve_v2 import backend, ensemble
+from kserve_v2 import backend
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.model import ModelVersion, open_version
+from kserve_v2.models.version import ModelVersion, open_version
 from kserve_v2.repository import config as cfg
 from kserve_v2.repository import layout
 from kserve_v2.runtime.onnx import confined_file
-from kserve_v2.sequence_config import SequenceSettings
+from kserve_v2.scheduling import ensemble
+from kserve_v2.scheduling.sequence_config import SequenceSettings
 
 
 @dataclass
@@ -24,7 +25,7 @@ class LoadResult:
         failed: version -> failure reason (the backend's error, without host paths).
         error: a failure of the whole model (configuration, no versions), else "".
         ensemble_versions: an ensemble's versions to build once its composing models are loaded
-            (the model manager does it; ``kserve_v2.ensemble``).
+            (the model manager does it; ``kserve_v2.scheduling.ensemble``).
         labels: output name -> the lines of its ``label_filename`` (the classification extension).
     """
 

@@ -23,18 +23,18 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from kserve_v2 import ensemble
 from kserve_v2._proto import grpc_service_pb2 as pb
-from kserve_v2.ensemble_scheduler import EnsembleScheduler
-from kserve_v2.errors import InternalError, InvalidInput, ServerError
-from kserve_v2.lifecycle import State
-from kserve_v2.model import ModelVersion
+from kserve_v2.models.lifecycle import State
+from kserve_v2.models.version import ModelVersion
+from kserve_v2.protocol.errors import InternalError, InvalidInput, ServerError
 from kserve_v2.repository import layout
 from kserve_v2.repository.loader import LoadResult, load_model
+from kserve_v2.scheduling import ensemble
+from kserve_v2.scheduling.ensemble_scheduler import EnsembleScheduler
 from kserve_v2.repository.overrides import (LoadOverrides, OverrideError, parse_load_parameters, poll_failure,
                                             write_private_folder)
+from kserve_v2.protocol.model_spec import ModelSpec
 from kserve_v2.repository.records import ModelRecord, ModelRecords, VersionStatus
-from kserve_v2.spec import ModelSpec
 
 log = logging.getLogger(__name__)
 

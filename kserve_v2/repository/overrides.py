@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from kserve_v2._proto import grpc_service_pb2 as pb
-from kserve_v2.errors import InternalError, InvalidInput, ServerError
+from kserve_v2.protocol.errors import InternalError, InvalidInput, ServerError
 
 FILE_PREFIX = "file:"
 MAX_COMPONENT_BYTES = 255

@@ -14,7 +14,7 @@ import os
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
-from kserve_v2.errors import ServerError
+from kserve_v2.protocol.errors import ServerError
 from kserve_v2.repository import layout
 from kserve_v2.repository.manager import ModelManager
 

@@ -1,7 +1,7 @@
 """What the model manager knows of every model, and the questions asked of it: which versions are
 READY (a request's resolution), the RepositoryIndex rows, the stored configurations, readiness.
 
-States per version are Triton's (``kserve_v2.lifecycle.State``) with a reason (empty when READY,
+States per version are Triton's (``kserve_v2.models.lifecycle.State``) with a reason (empty when READY,
 "unloaded" after an unload, the error after a failed load). ``ModelManager`` (``manager.py``)
 changes the records; everything here only reads them, on the event loop. A request holds its
 ``ModelVersion`` (``acquire``), so swapping or removing a version never pulls it from under it.
@@ -14,13 +14,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kserve_v2 import ensemble
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.errors import InvalidInput, NotFound, Unavailable
-from kserve_v2.lifecycle import State
-from kserve_v2.model import ModelVersion
+from kserve_v2.models.lifecycle import State
+from kserve_v2.models.version import ModelVersion
+from kserve_v2.protocol.errors import InvalidInput, NotFound, Unavailable
 from kserve_v2.repository import layout
 from kserve_v2.repository.config import CONFIG_FILE, ConfigError, read_config
+from kserve_v2.scheduling import ensemble
 
 DUPLICATE_REASON = "model appears in two or more repositories"  # Triton's RepositoryIndex reason
 

@@ -17,15 +17,15 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from kserve_v2 import datatypes
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.datatypes import BF16, BYTES
 from kserve_v2.backend import NO_CONTEXT, Backend, BatchStrategy, Execution, Parameter, RequestContext
-from kserve_v2.cancellation import current
-from kserve_v2.errors import Cancelled, InvalidInput
+from kserve_v2.backend.cancellation import current
+from kserve_v2.backend.text import TextContract
+from kserve_v2.protocol import datatypes
+from kserve_v2.protocol.datatypes import BF16, BYTES
+from kserve_v2.protocol.errors import Cancelled, InvalidInput
+from kserve_v2.protocol.model_spec import TensorDeclaration
 from kserve_v2.runtime.device import CPU_EP, CUDA_EP, OPENVINO, OPENVINO_EP
-from kserve_v2.spec import TensorDeclaration
-from kserve_v2.text import TextContract
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class OnnxSession:
             InvalidInput: a BYTES element that is not valid UTF-8, or a kernel that fails on the
                 values it was given (ORT's INVALID_ARGUMENT and RUNTIME_EXCEPTION statuses: an index
                 out of range, a string that is no number) -> INVALID_ARGUMENT naming the inputs.
-            Cancelled: the thread's ``kserve_v2.cancellation`` was cancelled (``RunOptions.terminate``).
+            Cancelled: the thread's ``kserve_v2.backend.cancellation`` was cancelled (``RunOptions.terminate``).
             Exception: other ORT execution errors (reported as INTERNAL by the caller).
         """
         if self._string_inputs:

@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
-from kserve_v2.allocator import TUNABLES, huge_page_environment, this_host
+from kserve_v2.host.allocator import TUNABLES, huge_page_environment, this_host
 
 from helpers import add_model, identity_model, start_server
 

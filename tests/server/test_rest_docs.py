@@ -17,8 +17,8 @@ LIST_ROUTES = """
 import re
 from prometheus_client import CollectorRegistry
 from starlette.routing import Route
-from transcoding.http_app import build_app
-from kserve_v2.status import StatusReporter
+from kserve_v2.observability.status import StatusReporter
+from transcoding.app import build_app
 registry = CollectorRegistry()  # metrics and status on, as the example server runs; unwrap the metrics middleware
 async def status():
     return StatusReporter(None, registry, 0).snapshot()

@@ -24,7 +24,7 @@ import numpy as np
 from adapters.base import Prepared, TextAdapter
 from adapters.inputs import texts
 from kserve_v2.backend import Backend
-from kserve_v2.text import InputKind, OutputKind, TextInput, TextOutput
+from kserve_v2.backend.text import InputKind, OutputKind, TextInput, TextOutput
 
 
 class TanhPairScorer(TextAdapter[Prepared]):

@@ -241,7 +241,7 @@ def test_verbose_level_adds_a_debug_line_per_request_and_iso8601_changes_the_tim
     inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
     for tensor in inputs:
         tensor.set_data_from_numpy(np.ones((1, 16), np.int32))
-    debug = "DEBUG kserve_v2.service: infer request for model 'simple' version 1: batch size 1"
+    debug = "DEBUG kserve_v2.service.inference_service: infer request for model 'simple' version 1: batch size 1"
     try:
         with httpclient.InferenceServerClient(server.http_url) as http, \
                 grpcclient.InferenceServerClient(server.url) as rpc:

@@ -92,7 +92,7 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Any:
     assert server.stop() == 0
     log = server.log()
     assert len(re.findall(r"\[replica \d\] kserve_v2.app: server stopped", log)) == 2, log[-3000:]
-    assert log.rstrip().endswith("kserve_v2.supervisor: server stopped"), log[-3000:]
+    assert log.rstrip().endswith("kserve_v2.workers.supervisor: server stopped"), log[-3000:]
 
 
 def test_replicas_share_the_ports_and_count_as_one(workers: Server) -> None:
@@ -100,7 +100,7 @@ def test_replicas_share_the_ports_and_count_as_one(workers: Server) -> None:
     before = _metric(_scrape(workers.metrics_port), "nv_inference_request_success", model="simple")
     outputs = [_http(workers, "/v2/models/simple/infer", SIMPLE_BODY) for _ in range(30)]
     assert all(status == 200 and body["outputs"][0]["data"] == list(range(1, 17)) for status, body in outputs)
-    served = set(re.findall(r"\[replica (\d)\] kserve_v2.service: infer request for model 'simple'", workers.log()))
+    served = set(re.findall(r"\[replica (\d)\] kserve_v2.service.inference_service: infer request for model 'simple'", workers.log()))
     assert served == {"0", "1"}  # the kernel spread the connections over both replicas
     with grpcclient.InferenceServerClient(workers.url) as client:
         stats = client.get_inference_statistics("simple").model_stats[0]
@@ -194,7 +194,7 @@ def test_a_replica_that_dies_is_replaced_and_caught_up(tmp_path: Path) -> None:
                 tensor.set_data_from_numpy(np.ones((1, 16), np.int32))
             client.infer("simple", inputs)
             _wait(lambda: "infer request for model 'simple'" in server.log())
-            mine = re.findall(r"\[replica (\d)\] kserve_v2.service: infer request", server.log())[-1]
+            mine = re.findall(r"\[replica (\d)\] kserve_v2.service.inference_service: infer request", server.log())[-1]
             victim = 1 - int(mine)
             errors: list[Exception] = []
             done = threading.Event()
@@ -221,7 +221,7 @@ def test_a_replica_that_dies_is_replaced_and_caught_up(tmp_path: Path) -> None:
         assert all(s == 200 for s, _ in _everywhere(server, "/v2/models/simple/ready"))
         answers = _everywhere(server, "/v2/models/simple/infer", SIMPLE_BODY)
         assert all(s == 200 for s, _ in answers)
-        assert len(set(re.findall(r"\[replica (\d)\] kserve_v2.service", server.log()))) == 2
+        assert len(set(re.findall(r"\[replica (\d)\] kserve_v2.service.inference_service", server.log()))) == 2
     finally:
         assert server.stop() == 0
 

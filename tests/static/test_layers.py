@@ -1,13 +1,16 @@
-"""Import layers: the import-linter contracts in pyproject.toml hold (docs/architecture.md).
+"""Import layers: the import-linter contracts in pyproject.toml hold (docs/architecture.md), and the
+layers contract names every subpackage, so a new one cannot sit outside the stack.
 
 import-linter reads the source statically; nothing of the server is imported here.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from helpers import ROOT
 
@@ -16,7 +19,24 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-COMPOSITION_ROOT = {"app", "cli", "__main__", "__init__"}
+COMPOSITION_ROOT = {"app", "cli", "__main__"}
+
+
+def contract(contract_id: str) -> dict[str, Any]:
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    return next(c for c in contracts if c["id"] == contract_id)
+
+
+def layered(layers: list[str]) -> set[str]:
+    """Every module a layers list names (a layer may hold siblings separated by ``|`` or ``:``)."""
+    return {name.strip() for layer in layers for name in re.split(r"[|:]", layer)}
+
+
+def children(package: Path) -> tuple[set[str], set[str]]:
+    """(modules, subpackages) directly in ``package``, by name."""
+    modules = {p.stem for p in package.glob("*.py") if p.stem != "__init__"}
+    subpackages = {p.name for p in package.iterdir() if (p / "__init__.py").is_file()}
+    return modules, subpackages
 
 
 def test_import_contracts_are_kept() -> None:
@@ -26,12 +46,26 @@ def test_import_contracts_are_kept() -> None:
     assert "0 broken" in done.stdout
 
 
-def test_core_contract_lists_every_core_module() -> None:
-    """A new kserve_v2 module is core unless it joins the composition root: the contract must name it."""
-    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    core = next(c for c in contracts if c["id"] == "core")
-    package = ROOT / "kserve_v2"
-    modules = {f"kserve_v2.{p.stem}" for p in package.glob("*.py") if p.stem not in COMPOSITION_ROOT}
-    modules |= {f"kserve_v2.{p.name}" for p in package.iterdir() if (p / "__init__.py").is_file()}
-    layered = {"kserve_v2.repository", "kserve_v2.grpc"}
-    assert set(core["source_modules"]) == modules - layered
+def test_only_the_composition_root_sits_at_the_top_of_the_package() -> None:
+    """Every other module lives in the subpackage of its concern."""
+    modules, _ = children(ROOT / "kserve_v2")
+    assert modules == COMPOSITION_ROOT
+
+
+def test_the_layers_contract_names_every_subpackage() -> None:
+    """The stack holds the composition root, every subpackage of kserve_v2, and the packages beside it."""
+    modules, subpackages = children(ROOT / "kserve_v2")
+    expected = {f"kserve_v2.{name}" for name in modules | subpackages} | {"transcoding", "adapters"}
+    assert layered(contract("layers")["layers"]) == expected
+
+
+def test_the_transcoding_contract_names_everything_in_transcoding() -> None:
+    modules, subpackages = children(ROOT / "transcoding")
+    assert layered(contract("transcoding")["layers"]) == modules | subpackages
+
+
+def test_the_transport_library_contract_covers_every_layer_below_the_transports() -> None:
+    """Everything under the transports layer is forbidden grpc, starlette and uvicorn."""
+    layers = contract("layers")["layers"]
+    below = next(i for i, layer in enumerate(layers) if "kserve_v2.grpc" in layer) + 1
+    assert set(contract("transport-libraries")["source_modules"]) == layered(layers[below:]) | {"kserve_v2.workers"}

@@ -1,0 +1,334 @@
+"""How a python model's version runs its requests (the ``python`` backend's ``Executable``; loading
+is ``kserve_v2.runtime.python.backend``): its instances, one ``execute`` per execution on an
+instance thread, the requests' senders, and ``PythonBatching`` for the dynamic batcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import queue
+import threading
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext
+from kserve_v2.backend.cancellation import current
+from kserve_v2.backend.decoupled import ResponseStream
+from kserve_v2.backend.text import TextContract
+from kserve_v2.protocol import datatypes
+from kserve_v2.protocol.errors import InternalError, ServerError
+from kserve_v2.protocol.model_spec import TensorDeclaration
+from kserve_v2.runtime.python import pb_utils
+from kserve_v2.runtime.python.config import config_json
+from kserve_v2.runtime.python.pb_utils import RUNNING, InferenceResponseSender, Running, received
+from kserve_v2.runtime.python.tensors import InferenceResponse, Tensor, TritonError, TritonModelException
+
+log = logging.getLogger(__name__)
+# request parameters that Triton gives the model as its correlation id and flags, or keeps for itself
+_NOT_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout")
+_KINDS = {mc.ModelInstanceGroup.KIND_GPU: "GPU", mc.ModelInstanceGroup.KIND_MODEL: "MODEL"}
+
+
+def text_of(err: BaseException) -> str:
+    """An exception as model code's errors are reported: its type and message (never a traceback)."""
+    return f"{type(err).__name__}: {err}"
+
+
+@contextmanager
+def running_as(now: Running) -> Iterator[None]:
+    """Model code runs as ``now`` (``pb_utils.get_model_dir``, its BLS calls) within the block."""
+    token = RUNNING.set(now)
+    try:
+        yield
+    finally:
+        RUNNING.reset(token)
+
+
+def declarations(config: mc.ModelConfig) -> tuple[tuple[TensorDeclaration, ...], tuple[TensorDeclaration, ...]]:
+    """The interface a python model has: what its configuration declares (it has no graph to read),
+    with the sequence controls and states the server feeds it."""
+    batch = [-1] if config.max_batch_size > 0 else []
+
+    def declared(name: str, data_type: int, dims: Sequence[int], optional: bool = False) -> TensorDeclaration:
+        return TensorDeclaration(name, datatypes.BY_CONFIG[mc.DataType.Name(data_type)], (*batch, *dims), optional)
+
+    def shape(tensor: mc.ModelInput | mc.ModelOutput) -> Sequence[int]:
+        return tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims
+
+    inputs = [declared(t.name, t.data_type, shape(t), t.optional) for t in config.input]
+    outputs = [declared(t.name, t.data_type, shape(t)) for t in config.output]
+    sequence = config.sequence_batching
+    for control_input in sequence.control_input:
+        for control in control_input.control[:1]:
+            data_type = (control.data_type if control.kind == mc.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID
+                         else mc.TYPE_FP32 if control.fp32_false_true else mc.TYPE_BOOL if control.bool_false_true
+                         else mc.TYPE_INT32)
+            inputs.append(declared(control_input.name, data_type, [1]))
+    for state in sequence.state:
+        inputs.append(declared(state.input_name, state.data_type, state.dims))
+        outputs.append(declared(state.output_name, state.data_type, state.dims))
+    return tuple(inputs), tuple(outputs)
+
+
+class PythonModel:
+    """One version of a python model: its instances (``TritonPythonModel`` objects) and how a request
+    reaches them; the ``python`` backend's ``Executable`` (see the module docstring)."""
+
+    batchable = False
+    threaded = True
+    on_cuda = False
+    text: TextContract | None = None
+
+    def __init__(self, model_class: Any, config: mc.ModelConfig, model_dir: Path, version: int, folder: str) -> None:
+        self.name = config.name
+        self.inputs, self.outputs = declarations(config)
+        self.batching = PythonBatching(self)
+        self._folder = folder
+        self.decoupled = config.model_transaction_policy.decoupled
+        self._dtypes = {t.name: t.dtype for t in self.outputs}
+        self._free: queue.SimpleQueue[tuple[Any, str]] = queue.SimpleQueue()
+        self._instances: list[tuple[Any, str]] = []
+        self._loops: list[asyncio.AbstractEventLoop] = []
+        self._local = threading.local()
+        text = config_json(config)
+        for group in config.instance_group:
+            for index in range(group.count):
+                instance_name = f"{group.name}_{index}"
+                device = group.gpus[index % len(group.gpus)] if group.gpus else 0
+                args = {"model_config": text, "model_instance_kind": _KINDS.get(group.kind, "CPU"),
+                        "model_instance_name": instance_name, "model_instance_device_id": str(device),
+                        "model_repository": str(model_dir), "model_version": str(version), "model_name": config.name}
+                instance = model_class()
+                with running_as(Running(folder, None, ())):
+                    try:
+                        if hasattr(instance, "initialize"):
+                            instance.initialize(args)
+                    except Exception as err:  # noqa: BLE001 - the load failure reason
+                        self.close()
+                        raise ValueError(f"python model '{config.name}' instance '{instance_name}' failed to "
+                                         f"initialize: {text_of(err)}") from None
+                self._instances.append((instance, instance_name))
+                self._free.put((instance, instance_name))
+
+    def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+                parameters: Mapping[str, Parameter], context: RequestContext = NO_CONTEXT) -> Execution:
+        """Run one request (see ``run``).
+
+        Raises:
+            ServerError: the request's error (Triton's texts, see the module docstring).
+        """
+        share = self.run([feeds], output_names, [context])[0]
+        if isinstance(share, Exception):
+            raise share
+        return share
+
+    def run(self, members: list[dict[str, np.ndarray]], output_names: Sequence[str],
+            contexts: Sequence[RequestContext]) -> list[Execution | Exception]:
+        """Run one ``execute`` of a free instance on ``members`` (blocking, on an instance thread):
+        one execution (the outputs by ``output_names``; none for a decoupled model, whose responses
+        went to its streams) or error per member."""
+        contexts = list(contexts) or [NO_CONTEXT] * len(members)
+        answers = [_Answer(self, context) for context in contexts]
+        requests = [self._request(feeds, output_names, context, answer)
+                    for feeds, context, answer in zip(members, contexts, answers, strict=True)]
+        callers = max((c.callers for c in contexts), key=len) + (self.name,)
+        calls = next((c.calls for c in contexts if c.calls is not None), None)
+        instance, instance_name = self._free.get()
+        try:
+            with running_as(Running(self._folder, calls, callers)):
+                returned = instance.execute(requests)
+                if inspect.iscoroutine(returned):
+                    returned = self._loop().run_until_complete(returned)
+            if self.decoupled and returned is not None:
+                raise TritonModelException(f"Python model '{instance_name}' is using the decoupled mode and the "
+                                           "execute function must return None.")
+            if not self.decoupled and returned is not None:
+                _check_returned(returned, len(requests))
+        except Exception as err:  # noqa: BLE001 - the execution's requests fail; the model serves on
+            log.error("python model '%s' failed to execute", instance_name, exc_info=err)
+            failure = InternalError(f"Failed to process the request(s) for model '{instance_name}', message: "
+                                    f"{text_of(err)}")
+            for answer in answers:
+                answer.fail(failure)
+            return [failure] * len(members)
+        finally:
+            self._free.put((instance, instance_name))
+        if self.decoupled:
+            return [Execution([], executions=int(i == 0)) for i in range(len(members))]
+        responses = returned if returned is not None else [answer.response for answer in answers]
+        return [self._share(response, output_names, i == 0) for i, response in enumerate(responses)]
+
+    def _request(self, feeds: dict[str, np.ndarray], output_names: Sequence[str], context: RequestContext,
+                 answer: _Answer) -> pb_utils.InferenceRequest:
+        parameters = dict(context.parameters)
+        correlation_id, start, end = (parameters.get("sequence_id", 0), parameters.get("sequence_start", False),
+                                      parameters.get("sequence_end", False))
+        for key in _NOT_PARAMETERS:
+            parameters.pop(key, None)
+        flags = (pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START if start else 0) | (
+            pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END if end else 0)
+        inputs = [Tensor(name, array) for name, array in feeds.items()]
+        sender = InferenceResponseSender(answer.send, answer.cancelled)
+        corrid = correlation_id if isinstance(correlation_id, int | str) and not isinstance(correlation_id, bool) else 0
+        return received(context.id, corrid, flags, parameters, inputs, output_names, sender, answer.cancelled)
+
+    def outputs_of(self, response: InferenceResponse) -> dict[str, np.ndarray]:
+        """A response's outputs by name, those of the configuration only, each checked for its datatype.
+
+        Raises:
+            InternalError: an output whose datatype is not the configured one.
+        """
+        outputs = {}
+        for tensor in response.output_tensors():
+            expected = self._dtypes.get(tensor.name())
+            if expected is None:
+                continue
+            array = tensor.as_numpy()
+            if tensor.dtype is not expected:
+                if array.size:  # an empty array has no values to lose: it takes the configured type
+                    raise InternalError(f"python model '{self.name}' returned output '{tensor.name()}' as "
+                                        f"{tensor.dtype.v2}, but its configuration declares {expected.config}")
+                array = array.astype(expected.numpy)
+            outputs[tensor.name()] = array
+        return outputs
+
+    def _share(self, response: Any, output_names: Sequence[str], first: bool) -> Execution | Exception:
+        """One member's execution from the response the model gave it."""
+        if response is None:
+            return InternalError(f"python model '{self.name}' gave a request no response")
+        error: TritonError | None = response.error()
+        if error is not None:
+            return error.as_server_error()
+        try:
+            outputs = self.outputs_of(response)
+        except ServerError as err:
+            return err
+        missing = [name for name in output_names if name not in outputs]
+        if missing:
+            return InternalError(f"python model '{self.name}' gave no output {missing[0]!r}, which the request asks for")
+        return Execution([outputs[name] for name in output_names], executions=int(first))
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        """This instance thread's event loop for ``async def execute``."""
+        loop: asyncio.AbstractEventLoop | None = getattr(self._local, "loop", None)
+        if loop is None:
+            loop = self._local.loop = asyncio.new_event_loop()
+            self._loops.append(loop)
+        return loop
+
+    def close(self) -> None:
+        """Call each instance's ``finalize`` (errors are logged) and close the instance threads' loops."""
+        with running_as(Running(self._folder, None, ())):
+            for instance, instance_name in self._instances:
+                if hasattr(instance, "finalize"):
+                    try:
+                        instance.finalize()
+                    except Exception as err:  # noqa: BLE001 - unloading goes on
+                        log.error("finalize of python model '%s' failed", instance_name, exc_info=err)
+        self._instances.clear()
+        for loop in self._loops:
+            loop.close()
+
+
+def _check_returned(returned: Any, count: int) -> None:
+    """What a model answered once returns from ``execute``: a list with a response per request.
+
+    Raises:
+        TritonModelException: Triton's texts for anything else.
+    """
+    if not isinstance(returned, list):
+        raise TritonModelException(f"Expected a list in the execute return, found type '{type(returned).__name__}'.")
+    if len(returned) != count:
+        raise TritonModelException("Number of InferenceResponse objects do not match the number of InferenceRequest "
+                                   f"objects. InferenceRequest(s) size is:{count}, and InferenceResponse(s) size "
+                                   f"is:{len(returned)}")
+    for response in returned:
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException("Expected an 'InferenceResponse' object in the execute function return list, "
+                                       f"found type '{type(response).__name__}'.")
+
+
+class _Answer:
+    """Where one request's responses go: its response stream (a decoupled model), or the one response
+    a model answered once may send through the sender instead of returning it."""
+
+    def __init__(self, model: PythonModel, context: RequestContext) -> None:
+        self._model = model
+        self._stream: ResponseStream | None = context.responses if model.decoupled else None
+        if self._stream is not None:
+            self._stream.take()
+        self._cancellation = current()
+        self.response: InferenceResponse | None = None
+        self._final = False
+
+    def send(self, response: InferenceResponse | None, final: bool) -> None:
+        stream = self._stream
+        if stream is None:
+            if not self._model.decoupled and (self._final or (response is not None and self.response is not None)):
+                raise TritonModelException("Non-decoupled model cannot send more than one response")
+            if self._model.decoupled:
+                raise TritonModelException("this request has no response stream (a decoupled model's requests come "
+                                           "through ModelStreamInfer, generate_stream or a decoupled BLS call)")
+            self.response, self._final = response or self.response, final
+            return
+        if stream.closed:
+            raise TritonModelException("Unable to send response. Response sender has been closed.")
+        error = response.error() if response is not None else None
+        if response is None:
+            stream.send(None, None, final)
+        elif error is not None:
+            stream.send(None, error.as_server_error(), final)
+        else:
+            try:
+                outputs = self._model.outputs_of(response)
+            except ServerError as err:
+                raise TritonModelException(str(err)) from None
+            stream.send(outputs, None, final)
+
+    def cancelled(self) -> bool:
+        if self._stream is not None:
+            return self._stream.cancelled
+        return self._cancellation is not None and self._cancellation.cancelled
+
+    def fail(self, error: ServerError) -> None:
+        """The execution failed: a decoupled request that is still open gets the error as its final response."""
+        stream = self._stream
+        if stream is not None and not stream.closed:
+            stream.send(None, error, True)
+
+
+class PythonBatching:
+    """How the dynamic batcher hands a python model its requests: several requests in one ``execute``
+    call (Triton's dynamic batching of python models), each kept whole (its own inputs, id,
+    parameters and sender), never merged into rows; never on the event loop."""
+
+    inline = False
+
+    def __init__(self, model: PythonModel) -> None:
+        self._model = model
+
+    def limit(self, config: mc.ModelConfig) -> int:
+        """``max_batch_size`` rows (0: no batching)."""
+        return config.max_batch_size
+
+    def items(self, feeds: dict[str, np.ndarray], batch_size: int) -> int:
+        """The request's rows."""
+        return batch_size
+
+    def key(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
+            parameters: Mapping[str, Parameter]) -> Hashable:
+        """Requests asking for the same outputs share an ``execute`` (each has its own parameters)."""
+        return tuple(output_names)
+
+    def execute_batch(self, members: list[dict[str, np.ndarray]], output_names: Sequence[str],
+                      parameters: Mapping[str, Parameter], contexts: Sequence[RequestContext] = ()
+                      ) -> list[Execution | Exception]:
+        """One ``execute`` with a request per member (``PythonModel.run``)."""
+        return self._model.run(members, output_names, contexts)

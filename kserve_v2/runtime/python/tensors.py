@@ -1,0 +1,190 @@
+"""Tensors, responses and errors of Triton's python backend API (``triton_python_backend_utils``,
+gathered in ``kserve_v2.runtime.python.pb_utils``), and their conversion to and from the V2 messages
+a business logic scripting request travels in.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kserve_v2.codec.messages import InferRequest, InferResponse, InputTensor
+from kserve_v2.protocol import datatypes
+from kserve_v2.protocol.datatypes import BYTES, DType
+from kserve_v2.protocol.errors import (AlreadyExists, Cancelled, ErrorCode, InternalError, InvalidInput, NotFound, ServerError,
+                              Unavailable, Unsupported)
+from kserve_v2.protocol.tensors import from_raw, to_raw
+
+# Triton's TRITONSERVER_DataType numbers are the positions in this tuple (triton_to_numpy_type)
+TRITON_TYPES = (None, np.bool_, np.uint8, np.uint16, np.uint32, np.uint64, np.int8, np.int16, np.int32, np.int64,
+                np.float16, np.float32, np.float64, np.object_)
+
+
+class TritonModelException(Exception):
+    """What model code raises to fail its requests (Triton's ``pb_utils.TritonModelException``)."""
+
+
+class TritonError:
+    """A response's error: a message and one of Triton's error codes (``TritonError.INTERNAL``, ...)."""
+
+    UNKNOWN, INTERNAL, NOT_FOUND, INVALID_ARG, UNAVAILABLE, UNSUPPORTED, ALREADY_EXISTS, CANCELLED = range(8)
+    # the server's error class of each code
+    _CLASSES: tuple[type[ServerError], ...] = (InternalError, InternalError, NotFound, InvalidInput, Unavailable,
+                                               Unsupported, AlreadyExists, Cancelled)
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        self._message, self._code = message, code
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> int:
+        return self._code
+
+    def as_server_error(self) -> ServerError:
+        """The server's error carrying this message, with the status of this code."""
+        return self._CLASSES[self._code if 0 <= self._code < len(self._CLASSES) else 0](self._message)
+
+    @classmethod
+    def of(cls, err: BaseException) -> TritonError:
+        """The error a failed request gives a model that sent it."""
+        code = err.code if isinstance(err, ServerError) else ErrorCode.INTERNAL
+        codes = {ErrorCode.NOT_FOUND: cls.NOT_FOUND, ErrorCode.INVALID_ARGUMENT: cls.INVALID_ARG,
+                 ErrorCode.UNAVAILABLE: cls.UNAVAILABLE, ErrorCode.UNIMPLEMENTED: cls.UNSUPPORTED,
+                 ErrorCode.ALREADY_EXISTS: cls.ALREADY_EXISTS, ErrorCode.CANCELLED: cls.CANCELLED}
+        return cls(str(err) if isinstance(err, ServerError) else f"{type(err).__name__}: {err}",
+                   codes.get(code, cls.INTERNAL))
+
+
+def dtype_of(array: np.ndarray, name: str) -> DType:
+    """The V2 datatype of a tensor's array (``bytes``, ``str`` and object arrays are BYTES).
+
+    Raises:
+        TritonModelException: a numpy type the V2 protocol cannot carry.
+    """
+    if array.dtype.kind in "OSU":
+        return BYTES
+    found = datatypes.BY_NUMPY.get(array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype)
+    if found is None:
+        raise TritonModelException(f"tensor '{name}' has numpy type {array.dtype}, which no V2 datatype carries")
+    return found
+
+
+class MemoryType(enum.IntEnum):
+    """Where a tensor's memory is (here always CPU)."""
+
+    TRITONSERVER_MEMORY_CPU = 0
+    TRITONSERVER_MEMORY_GPU = 2
+
+
+class _Capsule:
+    """A bare DLPack capsule in the protocol ``np.from_dlpack`` reads (a CPU tensor)."""
+
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, stream: Any = None, **_: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return 1, 0
+
+
+class Tensor:
+    """A named tensor over a numpy array (BYTES: an array of ``bytes`` or ``str``), in CPU memory."""
+
+    def __init__(self, name: str, data: np.ndarray) -> None:
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        if not isinstance(data, np.ndarray):
+            raise TritonModelException(f"tensor '{name}' must be made from a numpy array, got {type(data).__name__}")
+        self._name = name
+        self._array = data if data.flags.c_contiguous else np.ascontiguousarray(data)
+        self.dtype = dtype_of(self._array, name)
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        return self._array
+
+    def triton_dtype(self) -> int:
+        return numpy_to_triton_type(self._array.dtype) or 0
+
+    def shape(self) -> list[int]:
+        return list(self._array.shape)
+
+    def is_cpu(self) -> bool:
+        return True
+
+    def to_dlpack(self) -> Any:
+        """The array as a DLPack capsule (numpy's; not for BYTES)."""
+        if self.dtype is BYTES:
+            raise TritonModelException("DLPack does not have support for string tensors.")
+        return self._array.__dlpack__()
+
+    def __dlpack__(self, stream: Any = None, **_: Any) -> Any:
+        return self.to_dlpack()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return 1, 0  # kDLCPU, device 0
+
+    @staticmethod
+    def from_dlpack(name: str, tensor: Any) -> Tensor:
+        """A tensor from an object with ``__dlpack__`` (or a DLPack capsule) in CPU memory."""
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        source = _Capsule(tensor) if type(tensor).__name__ == "PyCapsule" else tensor
+        if not hasattr(source, "__dlpack__") or not hasattr(source, "__dlpack_device__"):
+            raise TritonModelException("Provided tensor is not supported. Tensor must be a DLPack capsule or have "
+                                       "`__dlpack__` and `__dlpack_device__` attributes")
+        try:
+            return Tensor(name, np.from_dlpack(source))
+        except (BufferError, RuntimeError, TypeError) as err:
+            raise TritonModelException(f"tensor '{name}' cannot be read from DLPack here (CPU memory only): {err}") from None
+
+
+class InferenceResponse:
+    """A response: output tensors, or an error."""
+
+    def __init__(self, output_tensors: Sequence[Tensor] | None = None, error: TritonError | None = None) -> None:
+        self._outputs = list(output_tensors or [])
+        self._error = error
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._outputs
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+
+def numpy_to_triton_type(data_type: Any) -> int | None:
+    """Triton's data type number of a numpy type (13: BYTES), or None."""
+    dtype = np.dtype(data_type)
+    if dtype.kind in "OSU":
+        return 13
+    return next((i for i, known in enumerate(TRITON_TYPES) if known is not None and dtype == np.dtype(known)), None)
+
+
+def add_input(request: InferRequest, tensor: Tensor) -> None:
+    """Add ``tensor`` to a request, its data copied into ``raw_input_contents`` (model code may change
+    its array once the request is sent: Triton's python backend copies a BLS request's inputs too)."""
+    array = tensor.as_numpy()
+    request.inputs.append(InputTensor(tensor.name(), tensor.dtype.v2, array.shape))
+    request.raw_input_contents.append(to_raw(array, tensor.dtype))
+
+
+def response_of(response: InferResponse) -> InferenceResponse:
+    """The response a model reads from a response (outputs as read-only numpy arrays over its buffers)."""
+    outputs = []
+    for described, raw in zip(response.outputs, response.raw_output_contents, strict=True):
+        dtype = datatypes.BY_V2[described.datatype]
+        data = raw.toreadonly() if isinstance(raw, memoryview) else raw  # a view of the answering model's array
+        outputs.append(Tensor(described.name, from_raw(data, dtype, list(described.shape), f"output '{described.name}'")))
+    return InferenceResponse(outputs)

@@ -1,0 +1,325 @@
+"""Triton's sequence batcher for one model version (``architecture.md`` "Stateful Models",
+``model_configuration.md`` "Sequence Batcher").
+
+A request joins a sequence through its parameters ``sequence_id`` (uint64, or a string),
+``sequence_start`` and ``sequence_end``; id 0 or "" means no sequence. A sequence is bound, at
+its START, to one model instance (a *lane*: one execution at a time, so a sequence's requests run
+in order and each sees the state the previous one left) and to a slot of that instance; when every
+slot is taken it waits in the instance's backlog. Each execution takes the oldest waiting request
+of each of the instance's sequences (at most ``max_batch_size`` rows, with equal non-batch shapes):
+
+- ``direct``: row = slot; slots between used ones are padding rows (zero inputs, READY false),
+  as Triton's direct scheduler sends them;
+- ``oldest``: rows are the sequences with the oldest requests, no padding; the batch waits up to
+  ``max_queue_delay_microseconds`` to reach a ``preferred_batch_size`` or ``max_batch_size``.
+
+The server fills the control inputs (START, END, READY, CORRID) and the implicit state inputs of
+every row, keeps each state output for the sequence's next request, resets state on START and
+drops it at END or when the sequence has been idle (nothing queued or running) for
+``max_sequence_idle_microseconds``; a sequence leaves nothing behind once released. What rows an
+execution takes and what each row is fed is worked out in ``kserve_v2.scheduling.sequence_rows``; this
+module keeps the sequences, their instances and the tasks that run them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext
+from kserve_v2.protocol.errors import InternalError, InvalidInput
+from kserve_v2.scheduling.base import Execute, Feeds, Outcome, Pending, fail_pending, model_time
+from kserve_v2.scheduling.dynamic_batcher import row_key
+from kserve_v2.scheduling.instances import InstancePool
+from kserve_v2.scheduling.sequence_config import SequenceSettings
+from kserve_v2.scheduling.sequence_rows import (CorrelationId, Head, choose, initial_states, layout, padding_feeds, row_feeds,
+                                     sequence_parameters, state_rows)
+
+
+@dataclass(slots=True, eq=False)
+class _Sequence:
+    corrid: CorrelationId
+    lane: _Lane
+    slot: int | None = None  # None while in the backlog
+    pending: deque[Pending] = field(default_factory=deque)
+    state: list[np.ndarray] | None = None  # one row (no batch dim) per implicit state
+    last_ns: int = 0
+    running: bool = False
+    released: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class _Lane:
+    """One model instance: its slots, its backlog and its scheduling task."""
+
+    slots: list[_Sequence | None]
+    backlog: deque[_Sequence] = field(default_factory=deque)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    def load(self) -> int:
+        return sum(s is not None for s in self.slots) + len(self.backlog)
+
+    def free_slot(self) -> int | None:
+        return next((i for i, s in enumerate(self.slots) if s is None), None)
+
+
+# (sequence, request) for a real row, None for a padding row
+_Row = tuple[_Sequence, Pending] | None
+
+
+class SequenceBatcher:
+    """Routes, batches and executes the requests of one sequence-batched version (see the module
+    docstring); a ``Scheduler``.
+
+    Args:
+        settings: the version's sequence batching.
+        instances: model instances (lanes), the instance group count.
+        execute: merges, runs and splits one batch on a model instance (``dynamic_batcher.batch_executor``).
+        pool: the version's instances, released by ``close``; None for a batcher that owns none.
+    """
+
+    def __init__(self, settings: SequenceSettings, instances: int, execute: Execute,
+                 pool: InstancePool | None = None) -> None:
+        self._settings = settings
+        self._execute = execute
+        self._pool = pool
+        self._lanes = [_Lane([None] * settings.slots) for _ in range(max(instances, 1))]
+        self._active: dict[CorrelationId, _Sequence] = {}  # sequences that still accept requests
+        self._reaper: asyncio.Task[None] | None = None
+        self._reaper_wake = asyncio.Event()
+
+    @property
+    def sequences(self) -> int:
+        """Sequences holding a slot or waiting in a backlog."""
+        return sum(lane.load() for lane in self._lanes)
+
+    async def submit(self, feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter],
+                     batch_size: int, context: RequestContext = NO_CONTEXT) -> Outcome:
+        """Queue one request of a sequence and wait for its row of an execution: (execution, queue_ns,
+        infer_ns), as ``Scheduler.submit``.
+
+        Raises:
+            InvalidInput: a batch size other than 1; a bad ``sequence_id`` (``sequence_rows.sequence_parameters``);
+                a request without START for a sequence that is not active (never started, ended, or
+                expired) — Triton's texts -> INVALID_ARGUMENT.
+            Unavailable: the version was retired while the request waited -> UNAVAILABLE.
+            Whatever the execution raised.
+        """
+        settings = self._settings
+        if batch_size != 1:
+            raise InvalidInput(f"inference request to model '{settings.model}' must specify batch-size 1 due to "
+                               "requirements of sequence batcher")
+        corrid, start, end, parameters = sequence_parameters(settings, parameters)
+        sequence = self._active.get(corrid)
+        if sequence is None:
+            if not start:
+                raise InvalidInput(f"inference request for sequence {corrid} to model '{settings.model}' must "
+                                   "specify the START flag on the first request of the sequence")
+            sequence = self._open(corrid)
+        now = time.perf_counter_ns()
+        loop = asyncio.get_running_loop()
+        request = Pending(feeds, output_names, parameters, row_key(feeds, output_names, parameters), now,
+                          loop.create_future(), start=start, end=end, context=context)
+        sequence.pending.append(request)
+        sequence.last_ns = now
+        if end:
+            del self._active[corrid]  # a later request with this id must START a new sequence
+        lane = sequence.lane
+        if lane.task is None:
+            lane.task = loop.create_task(self._schedule(lane))
+        lane.wake.set()
+        if self._reaper is None:
+            self._reaper = loop.create_task(self._reap())
+        return await request.future  # a cancelled caller cancels the future: the lane skips it
+
+    def stop(self) -> None:
+        """Stop scheduling (the version is retired): queued requests fail, every sequence and state is dropped."""
+        for lane in self._lanes:
+            if lane.task is not None:
+                lane.task.cancel()
+            for sequence in [s for s in lane.slots if s is not None] + list(lane.backlog):
+                fail_pending(sequence.pending)
+            lane.slots = [None] * len(lane.slots)
+            lane.backlog.clear()
+        self._active.clear()
+        if self._reaper is not None:
+            self._reaper.cancel()
+
+    def close(self) -> None:
+        """Wait for running executions and release the backend (blocking; see ``Scheduler.close``)."""
+        if self._pool is not None:
+            self._pool.close()
+
+    # ---- sequences ----------------------------------------------------------------------------
+
+    def _open(self, corrid: CorrelationId) -> _Sequence:
+        """A new sequence on the least loaded instance: in a free slot, else in that instance's backlog."""
+        with_slot = [lane for lane in self._lanes if lane.free_slot() is not None]
+        lane = min(with_slot or self._lanes, key=_Lane.load)
+        sequence = _Sequence(corrid, lane)
+        slot = lane.free_slot()
+        if slot is None:
+            lane.backlog.append(sequence)
+        else:
+            sequence.slot, lane.slots[slot] = slot, sequence
+        self._active[corrid] = sequence
+        self._reaper_wake.set()
+        return sequence
+
+    def _release(self, sequence: _Sequence) -> None:
+        """Free a sequence's slot (to the oldest backlogged sequence) and its state."""
+        if sequence.released:
+            return
+        sequence.released = True
+        lane = sequence.lane
+        if self._active.get(sequence.corrid) is sequence:
+            del self._active[sequence.corrid]
+        sequence.state = None
+        if sequence.slot is None:
+            lane.backlog.remove(sequence)
+            return
+        slot, sequence.slot, lane.slots[slot] = sequence.slot, None, None
+        if lane.backlog:
+            waiting = lane.backlog.popleft()
+            waiting.slot, lane.slots[slot] = slot, waiting
+            lane.wake.set()
+
+    # ---- scheduling -------------------------------------------------------------------------
+
+    async def _schedule(self, lane: _Lane) -> None:
+        """Form and run the instance's batches one after another (so every sequence's state is current)."""
+        while True:
+            rows = await self._next_batch(lane)
+            try:
+                await self._run(rows)
+            except Exception as err:  # noqa: BLE001 - a broken batch must not stop the instance
+                for sequence, request in (row for row in rows if row is not None):
+                    sequence.running = False
+                    fail_pending([request], InternalError(f"sequence batch failed: {err}"))
+                    if request.end:
+                        self._release(sequence)
+
+    async def _next_batch(self, lane: _Lane) -> list[_Row]:
+        """Wait for the instance's next batch (``sequence_rows.choose``) and take its rows."""
+        while True:
+            ready = self._ready(lane)
+            if not ready:
+                lane.wake.clear()
+                await lane.wake.wait()
+                continue
+            occupied = sum(s is not None for s in lane.slots)
+            chosen, wait_ns = choose([Head(s.pending[0].key, s.pending[0].enqueued_ns) for s in ready], self._settings,
+                                     occupied, time.perf_counter_ns())
+            if not wait_ns:
+                return self._rows(lane, [ready[i] for i in chosen])
+            lane.wake.clear()
+            try:
+                await asyncio.wait_for(lane.wake.wait(), wait_ns / 1e9)
+            except TimeoutError:
+                pass
+
+    def _ready(self, lane: _Lane) -> list[_Sequence]:
+        """The instance's sequences with a live request at the head of their queue (cancelled ones dropped)."""
+        ready = []
+        for sequence in lane.slots:
+            if sequence is None:
+                continue
+            while sequence.pending and sequence.pending[0].future.done():
+                if sequence.pending.popleft().end:
+                    self._release(sequence)
+            if sequence.pending and sequence.slot is not None:
+                ready.append(sequence)
+        return ready
+
+    def _rows(self, lane: _Lane, chosen: list[_Sequence]) -> list[_Row]:
+        """Take each chosen sequence's head request, in the rows ``sequence_rows.layout`` gives."""
+        taken = [(s, s.pending.popleft()) for s in chosen]
+        for sequence in chosen:
+            sequence.running = True
+        highest = max(i for i, s in enumerate(lane.slots) if s is not None)
+        return [None if index is None else taken[index]
+                for index in layout([s.slot or 0 for s in chosen], self._settings, highest)]
+
+    async def _run(self, rows: list[_Row]) -> None:
+        """Execute one batch: feed controls and states, store the new states, answer each request."""
+        settings = self._settings
+        real = [row for row in rows if row is not None]
+        first = real[0][1]
+        members = [self._feeds(row, first.feeds) for row in rows]
+        names = list(first.output_names)
+        try:
+            contexts = [NO_CONTEXT if row is None else row[1].context for row in rows]  # padding rows have none
+            shares, started, finished = await self._execute(members, names + settings.state_outputs, first.parameters,
+                                                            contexts)
+        except asyncio.CancelledError:
+            fail_pending(request for _, request in real)
+            raise
+        except Exception as err:  # noqa: BLE001 - every request of the batch gets its error
+            shares, started, finished = [err] * len(rows), 0, 0
+        executions = 1
+        for row, share in zip(rows, shares, strict=True):
+            if row is None:
+                continue
+            sequence, request = row
+            sequence.running, sequence.last_ns = False, time.perf_counter_ns()
+            outcome: BaseException | Outcome
+            if isinstance(share, Exception):
+                outcome = share
+            else:
+                try:
+                    sequence.state = state_rows(settings, share.outputs[len(names):])
+                except InternalError as err:
+                    outcome = err
+                else:
+                    answer = Execution(share.outputs[: len(names)], share.pre_ns, share.post_ns, share.tokens,
+                                       executions, len(rows))  # batch_stats: the execution's rows, padding too
+                    outcome = (answer, started - request.enqueued_ns, model_time(answer, started, finished))
+                    executions = 0
+            if not request.future.done():
+                if isinstance(outcome, BaseException):
+                    request.future.set_exception(outcome)
+                else:
+                    request.future.set_result(outcome)
+            if request.end:
+                self._release(sequence)
+
+    def _feeds(self, row: _Row, like: Feeds) -> Feeds:
+        """A row's model inputs (``sequence_rows.row_feeds``); a START resets the sequence's state."""
+        settings = self._settings
+        if row is None:
+            return padding_feeds(settings, like)
+        sequence, request = row
+        if request.start or sequence.state is None:
+            sequence.state = initial_states(settings)
+        return row_feeds(settings, request.feeds, request.start, request.end, True, sequence.corrid, sequence.state)
+
+    # ---- idle sequences ----------------------------------------------------------------------
+
+    async def _reap(self) -> None:
+        """Release sequences idle for longer than ``max_sequence_idle_microseconds``; ends when none is left."""
+        idle_ns = self._settings.idle_ns
+        try:
+            while self.sequences:
+                now = time.perf_counter_ns()
+                deadline = now + idle_ns
+                for lane in self._lanes:
+                    for sequence in [s for s in lane.slots if s is not None] + list(lane.backlog):
+                        if sequence.pending or sequence.running:
+                            continue
+                        if now - sequence.last_ns >= idle_ns:
+                            self._release(sequence)
+                        else:
+                            deadline = min(deadline, sequence.last_ns + idle_ns)
+                self._reaper_wake.clear()
+                try:
+                    await asyncio.wait_for(self._reaper_wake.wait(), max(deadline - now, 1_000_000) / 1e9)
+                except TimeoutError:
+                    pass
+        finally:
+            self._reaper = None

@@ -1,0 +1,179 @@
+"""Server settings: frozen data that checks itself. Defaults and names follow Triton's command line.
+
+A ``Settings`` that exists is one the server can start with, wherever it was built (the command
+line builds it in ``kserve_v2.cli``): each group checks its values when it is made and raises
+``ValueError`` naming the flag, with Triton's texts where Triton has them. The gRPC and HTTP front
+ends' own settings are grouped (``GrpcSettings``, ``HttpSettings``, each with its ``TlsSettings``);
+mode strings are ``Literal`` types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, get_args
+
+from kserve_v2.settings.metrics_config import MetricsConfig
+from kserve_v2.settings.restrictions import parse_restrictions
+from kserve_v2.settings.trace_config import TraceConfig
+
+ControlMode = Literal["none", "explicit", "poll"]
+EventLoop = Literal["uvloop", "asyncio"]
+LogFormat = Literal["text", "json"]
+TokenIds = Literal["tiktoken", "model"]  # how /v1/embeddings reads token-id input (transcoding.semantic.token_ids)
+CONTROL_MODES: tuple[str, ...] = get_args(ControlMode)
+EVENT_LOOPS: tuple[str, ...] = get_args(EventLoop)
+LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
+TOKEN_ID_MODES: tuple[str, ...] = get_args(TokenIds)
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """TLS of one front end (Triton's ``--<grpc|http>-use-ssl`` flags); ``mutual`` wins over ``use_ssl``
+    and needs ``root_cert``, which client certificates must chain to. Paths name PEM files; the
+    front end's settings check them (``check``)."""
+
+    use_ssl: bool = False
+    mutual: bool = False
+    server_cert: str = ""
+    server_key: str = ""
+    root_cert: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the front end serves TLS."""
+        return self.use_ssl or self.mutual
+
+    def check(self, front_end: str) -> None:
+        """Check the files TLS needs (``front_end``: ``grpc`` or ``http``, for the flags' names).
+
+        Raises:
+            ValueError: TLS on without a certificate, key or (mutual) root certificate file.
+        """
+        if self.enabled:
+            for part in ["server_cert", "server_key"] + (["root_cert"] if self.mutual else []):
+                path = getattr(self, part)
+                if not path or not Path(path).is_file():
+                    raise ValueError(f"--{front_end}-{part.replace('_', '-')} must name a PEM file for TLS, got '{path}'")
+
+
+@dataclass(frozen=True)
+class GrpcSettings:
+    """The gRPC front end's keepalive and HTTP/2 ping policy (ms; Triton's ``--grpc-*`` flags, gRPC's
+    channel arguments), restricted protocol groups and TLS.
+
+    Raises:
+        ValueError: TLS without its files, or a ``restricted_protocol`` value Triton would refuse
+            (``kserve_v2.settings.restrictions``).
+    """
+
+    keepalive_time: int = 7_200_000
+    keepalive_timeout: int = 20_000
+    keepalive_permit_without_calls: bool = False
+    http2_max_pings_without_data: int = 2
+    http2_min_recv_ping_interval_without_data: int = 300_000
+    http2_max_ping_strikes: int = 2
+    restricted_protocol: tuple[str, ...] = ()
+    tls: TlsSettings = TlsSettings()
+
+    def __post_init__(self) -> None:
+        self.tls.check("grpc")
+        parse_restrictions(self.restricted_protocol, "grpc-restricted-protocol")
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """The HTTP front end's limits (bytes, seconds, counts), restricted API groups, CORS origins and TLS.
+
+    Raises:
+        ValueError: a limit that is not > 0, TLS without its files, or a ``restricted_api`` value
+            Triton would refuse.
+    """
+
+    max_input_size: int = 64 * 2**20
+    header_timeout_secs: float = 10.0
+    body_timeout_secs: float = 30.0
+    keepalive_timeout_secs: float = 65.0
+    max_connections: int = 1000
+    max_header_size: int = 32 * 1024
+    max_chunks: int = 65_536
+    restricted_api: tuple[str, ...] = ()
+    cors_allowed_origins: tuple[str, ...] = ()
+    tls: TlsSettings = TlsSettings()
+
+    def __post_init__(self) -> None:
+        for name in ("max_input_size", "header_timeout_secs", "body_timeout_secs", "keepalive_timeout_secs",
+                     "max_connections", "max_header_size", "max_chunks"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--http-{name.replace('_', '-')} must be > 0")
+        self.tls.check("http")
+        parse_restrictions(self.restricted_api, "http-restricted-api")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the server needs to start.
+
+    Times are in milliseconds unless the name says secs; ports are TCP ports (0 = any free one).
+
+    Raises:
+        ValueError: a value the server cannot start with, naming its flag: a model repository that
+            is not a folder (unless ``exit_on_error`` is false), a mode outside its ``Literal``,
+            ``load_models`` outside explicit mode, a poll interval, memory limit or metrics interval
+            that is not > 0, a per-request memory limit above the pool, or fewer than 1 worker.
+    """
+
+    model_repositories: tuple[Path, ...]
+    grpc_address: str = "0.0.0.0"
+    grpc_port: int = 8001
+    allow_http: bool = True
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000
+    max_request_decoded_bytes: int = 3 * 2**30  # a gRPC tensor of ~640 MB (kserve_v2.request.budget counts its copies)
+    request_memory_pool_bytes: int = 4 * 2**30
+    allow_metrics: bool = True
+    allow_client_shm: bool = False
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int = 8002
+    allow_cpu_metrics: bool = True
+    allow_gpu_metrics: bool = True
+    metrics_interval_ms: float = 2000.0  # how often the CPU metrics are read (Triton's default)
+    metrics_config: MetricsConfig = MetricsConfig()
+    server_name: str = "kserve_v2"
+    model_control_mode: ControlMode = "none"
+    exit_on_error: bool = True  # false: a repository that cannot be read leaves the server up, not live
+    load_models: tuple[str, ...] = ()
+    repository_poll_secs: float = 15.0
+    strict_readiness: bool = True
+    exit_timeout_secs: int = 30
+    event_loop: EventLoop = "uvloop"
+    log_verbose: int = 0
+    log_format: LogFormat = "text"
+    trace_config: TraceConfig = TraceConfig()  # Triton's --trace-config, with --trace-otlp-endpoint folded in
+    openai_token_ids: TokenIds = "tiktoken"
+    api_key: str = ""  # the bearer token the semantic and OpenAI routes require ("" : none)
+    workers: int = 1  # replica processes behind the same ports (kserve_v2.workers.supervisor); 1: this process serves
+    grpc: GrpcSettings = GrpcSettings()
+    http: HttpSettings = HttpSettings()
+
+    def __post_init__(self) -> None:
+        if self.exit_on_error:  # else the server starts, not live (kserve_v2.app)
+            for repository in self.model_repositories:
+                if not repository.is_dir():
+                    raise ValueError(f"model repository '{repository}' is not a directory")
+        for flag, value, allowed in (("event-loop", self.event_loop, EVENT_LOOPS),
+                                     ("log-format", self.log_format, LOG_FORMATS),
+                                     ("model-control-mode", self.model_control_mode, CONTROL_MODES),
+                                     ("openai-token-ids", self.openai_token_ids, TOKEN_ID_MODES)):
+            if value not in allowed:
+                raise ValueError(f"--{flag} must be one of {allowed}, got '{value}'")
+        if self.load_models and self.model_control_mode != "explicit":
+            raise ValueError("--load-model needs --model-control-mode explicit")
+        if self.repository_poll_secs <= 0:
+            raise ValueError("--repository-poll-secs must be > 0")
+        if self.max_request_decoded_bytes <= 0 or self.request_memory_pool_bytes < self.max_request_decoded_bytes:
+            raise ValueError("--max-request-decoded-bytes must be > 0 and at most --request-memory-pool-bytes")
+        if self.metrics_interval_ms <= 0:
+            raise ValueError("--metrics-interval-ms must be > 0")
+        if self.workers < 1:
+            raise ValueError("--workers must be a number >= 1, or 'auto'")
