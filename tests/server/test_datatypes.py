@@ -52,7 +52,7 @@ def test_raw_round_trip(identity_server: Server, datatype: str) -> None:
 @pytest.mark.parametrize("datatype", ["FP16", "BF16"])
 def test_half_types_are_raw_two_bytes_each(identity_server: Server, datatype: str) -> None:
     data = sample(datatype)
-    # BF16 is the upper half of the little-endian float32 (triton-protocol-notes 2.1).
+    # BF16 is bfloat16 (tritonclient sends ml_dtypes.bfloat16): the upper half of the little-endian float32.
     raw = data.tobytes() if datatype == "FP16" else b"".join(
         v.tobytes()[2:4] for v in data.astype("<f4").reshape(-1))
     assert datatype == "FP16" or raw == data.tobytes()

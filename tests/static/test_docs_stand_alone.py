@@ -10,7 +10,7 @@ from helpers import ROOT
 
 # The spec notes and copies the project was built from: a citation of one of these is a dead link.
 BUILD_MATERIAL = re.compile(
-    r"\.\./shared|shared/spec|shared/design|[\w-]+-notes\.md|design\.md|sie-http-api|kserve-v2-predict-protocol"
+    r"\.\./shared|shared/spec|shared/design|[\w-]+-notes\b|design\.md|sie-http-api|kserve-v2-predict-protocol"
     r"|open-inference-(rest|grpc-reference)\.txt|mistralrs-http-semantics"
 )
 PRODUCT = ("kserve_v2", "transcoding", "adapters")
@@ -41,5 +41,6 @@ def test_docs_cite_public_sources() -> None:
 
 def test_the_check_finds_a_citation() -> None:
     assert BUILD_MATERIAL.search("follows ``hardening-notes.md`` section 4")
+    assert BUILD_MATERIAL.search("# the upper half of the float32 (triton-protocol-notes 2.1)")
     assert BUILD_MATERIAL.search("see ../shared/spec/sie-http-api.txt")
     assert not DOC_CITATION.search("`make models` copies them from `../shared/models`")
