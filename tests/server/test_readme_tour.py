@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -29,7 +30,7 @@ def tour_blocks() -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def tour_server(tmp_path_factory: pytest.TempPathFactory, text_models: TextModels) -> Server:
+def tour_server(tmp_path_factory: pytest.TempPathFactory, text_models: TextModels) -> Iterator[Server]:
     """The example repository with `make models`' text models beside it, as the tour has it."""
     repository = text_models.link_into(tmp_path_factory.mktemp("tour-repo"))
     for model in EXAMPLES.iterdir():
