@@ -162,9 +162,10 @@ class ModelManager(ModelRecords):
         if self.step_runner is None:
             result.error = f"ensemble '{name}' cannot run: the server has no inference call for its steps"
             return
+        labels = ensemble.step_labels(result.config, result.labels, lookup)
         for version in result.ensemble_versions:
             scheduler = EnsembleScheduler(result.config, steps, self.step_runner)
-            result.loaded[version] = ModelVersion(name, version, result.config, scheduler, result.labels)
+            result.loaded[version] = ModelVersion(name, version, result.config, scheduler, labels)
 
     @asynccontextmanager
     async def _locked(self, name: str) -> AsyncIterator[None]:

@@ -175,6 +175,26 @@ def plan(config: mc.ModelConfig, lookup: SpecLookup) -> tuple[Step, ...]:
     return tuple(steps)
 
 
+def step_labels(config: mc.ModelConfig, own: Mapping[str, tuple[str, ...]],
+                lookup: SpecLookup) -> dict[str, tuple[str, ...]]:
+    """The class labels of the ensemble's outputs: ``own`` (from its ``label_filename``), and for an
+    output without them (no file, or an empty first line), those of the step output written to it.
+
+    Triton's model lifecycle completes an ensemble's label provider this way at load, so that
+    classification through an ensemble names classes without a label file of its own. ``lookup``
+    gives the loaded step models' specs; a step it does not find adds nothing.
+    """
+    labels = dict(own)
+    missing = {t.name for t in config.output if not labels.get(t.name, ("",))[0]}
+    for step in config.ensemble_scheduling.step:
+        for model_tensor, ensemble_tensor in step.output_map.items():
+            spec = lookup(step.model_name, step.model_version) if ensemble_tensor in missing else None
+            found = next((t.labels for t in spec.outputs if t.name == model_tensor), ()) if spec else ()
+            if found:
+                labels[ensemble_tensor] = found
+    return labels
+
+
 def needed_steps(steps: Sequence[Step], outputs: Sequence[str]) -> tuple[Step, ...]:
     """The steps that the ensemble outputs ``outputs`` need, in configuration order: those writing
     one of them, and, in turn, those writing an input of a needed step (Triton prunes the others)."""

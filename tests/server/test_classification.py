@@ -61,6 +61,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         'output [{ name: "Y" data_type: TYPE_FP32 dims: [ 5 ] label_filename: "labels.txt" }]\n'
         'ensemble_scheduling { step [{ model_name: "scores" model_version: -1 input_map { key: "INPUT0" value: "X" }'
         ' output_map { key: "OUTPUT0" value: "Y" } }] }\n')
+    unlabelled = repository / "scores_ensemble_unlabelled"  # no label file of its own: the step's labels
+    (unlabelled / "1").mkdir(parents=True)
+    (unlabelled / "config.pbtxt").write_text(
+        (ensemble / "config.pbtxt").read_text().replace(' label_filename: "labels.txt"', ""))
     _scores(repository, "labels_missing", 8)
     (repository / "labels_missing" / "config.pbtxt").write_text(
         (repository / "labels_missing" / "config.pbtxt").read_text().replace(
@@ -119,6 +123,14 @@ def test_classes_without_labels_and_without_batching(server: Server, transport: 
 def test_an_ensemble_output_is_classified_with_the_ensembles_labels(server: Server, transport: str) -> None:
     result = _infer(server, transport, "scores_ensemble", SCORES, {"Y": 1}, input_name="X")
     assert _texts(result.as_numpy("Y")) == [["0.900000:1:dog"], ["5.000000:0:cat"]]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_ensemble_without_labels_classifies_with_its_steps_labels(server: Server, transport: str) -> None:
+    """Triton completes an ensemble output's labels from the step output written to it (its qa's
+    "ensemble should still generate proper label without label file", L0_infer test_class_*)."""
+    result = _infer(server, transport, "scores_ensemble_unlabelled", SCORES, {"Y": 3}, input_name="X")
+    assert _texts(result.as_numpy("Y")) == EXPECTED
 
 
 @pytest.mark.parametrize("transport", ["grpc", "http"])
