@@ -37,6 +37,7 @@ from kserve_v2.service.inference_service import InferenceService
 # every response says whether it is its request's last (``stream_infer_handler.cc``)
 EMPTY_FINAL = "triton_enable_empty_final_response"
 FINAL = "triton_final_response"
+GRPC_ERROR = "triton_grpc_error"  # the stream header: its first error ends it with a gRPC status
 
 if TYPE_CHECKING:  # grpc's classes are generic in their stubs only
     Context = grpc.aio.ServicerContext[Any, Any]
@@ -128,16 +129,21 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         after ``drain`` read no more requests and end once those read are answered. Serialized
         ModelInferRequests in, serialized ModelStreamInferResponses out (``RAW_METHODS``); a message
         that does not parse ends the stream with INVALID_ARGUMENT (raised here, the status set where
-        the handler is registered)."""
-        done: asyncio.Queue[bytes | None] = asyncio.Queue()
+        the handler is registered). A stream opened with the ``triton_grpc_error: true`` header ends
+        at a request's first error with that error's status and message instead (Triton's "GRPC Status
+        Codes" in its inference protocols guide)."""
+        done: asyncio.Queue[bytes | Exception | None] = asyncio.Queue()
         window = asyncio.Semaphore(STREAM_WINDOW)
         running: set[asyncio.Task[None]] = set()
         offload = self._service.offload
+        grpc_error = (GRPC_ERROR, "true") in (context.invocation_metadata() or ())
 
         async def one(request: InferRequest, wire_bytes: int) -> None:
             try:
-                async for reply in stream_replies(self._service, request, wire_bytes):
+                async for reply in stream_replies(self._service, request, wire_bytes, grpc_error):
                     done.put_nowait(reply)
+            except Exception as err:  # noqa: BLE001 - only with grpc_error: it ends the stream
+                done.put_nowait(err)
             finally:
                 window.release()
 
@@ -181,6 +187,8 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         reader.add_done_callback(self._readers.discard)
         try:
             while (response := await done.get()) is not None:
+                if isinstance(response, Exception):
+                    raise response  # its status where the handler is registered
                 yield response
             await reader
         finally:
@@ -189,14 +197,15 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
                 task.cancel()
 
 
-async def stream_replies(service: InferenceService, request: InferRequest, wire_bytes: int | None = None
-                         ) -> AsyncIterator[bytes]:
+async def stream_replies(service: InferenceService, request: InferRequest, wire_bytes: int | None = None,
+                         grpc_error: bool = False) -> AsyncIterator[bytes]:
     """The serialized ModelStreamInferResponses of one request on a stream, as Triton's stream handler
     writes them: each response of the request (``InferenceService.model_stream``) with
     ``triton_final_response`` telling whether it is the last; a response's error in ``error_message``
     with the request's id, model and version; a final flag sent without a response only when the
     request sets ``triton_enable_empty_final_response``; a request that fails before any response as
-    one error. ``wire_bytes``: the size of the message the request was decoded from."""
+    one error. ``wire_bytes``: the size of the message the request was decoded from. With
+    ``grpc_error`` (the stream's ``triton_grpc_error`` header) an error is raised, not reported."""
     asked = request.parameters.get(EMPTY_FINAL)
     empty_final = asked is not None and asked.choice == "bool_param" and asked.value is True
     offload = service.offload
@@ -207,11 +216,15 @@ async def stream_replies(service: InferenceService, request: InferRequest, wire_
                 item.response.parameters[FINAL] = final
                 yield await _encoded(offload, *stream_parts(item.response))
             elif item.error is not None:
+                if grpc_error:
+                    raise item.error
                 yield _failed(request, item.error, {FINAL: final})
             elif item.final and empty_final:
                 answering = InferResponse(request.model_name, request.model_version, request.id, {FINAL: final})
                 yield b"".join(stream_parts(answering)[0])
     except Exception as err:  # noqa: BLE001 - reported in-stream
+        if grpc_error:
+            raise
         yield _failed(request, err)
 
 

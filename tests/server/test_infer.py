@@ -140,6 +140,28 @@ def test_stream_infer_ids_and_in_stream_error(client: grpcclient.InferenceServer
     np.testing.assert_array_equal(by_id["after_error"].as_numpy("OUTPUT0"), A + 100 + B)
 
 
+def test_a_stream_with_the_triton_grpc_error_header_ends_with_the_errors_status(example_server) -> None:
+    """With ``triton_grpc_error: true`` (Triton's "GRPC Status Codes"), the first error ends the stream
+    with its gRPC status and message, not an in-stream error; the responses before it arrive."""
+    results: queue.Queue = queue.Queue()
+    with grpcclient.InferenceServerClient(example_server.url) as client:
+        client.start_stream(callback=lambda result, error: results.put((result, error)),
+                            headers={"triton_grpc_error": "true"})
+        try:
+            client.async_stream_infer("simple", _simple_inputs(), request_id="good")
+            first = results.get(timeout=10)
+            bad = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+            bad.set_data_from_numpy(np.zeros((1, 16), np.float32))
+            client.async_stream_infer("simple", [bad, _simple_inputs()[1]], request_id="bad")
+            second = results.get(timeout=10)
+        finally:
+            client.stop_stream()
+    assert first[1] is None and first[0].get_response().id == "good"
+    error = second[1]
+    assert error is not None and error.status() == "StatusCode.INVALID_ARGUMENT", error
+    assert "data-type is 'FP32'" in error.message()
+
+
 def test_triton_reserved_parameter_perf_analyzer_sends(example_server) -> None:
     channel, stub = _raw_stub(example_server)
     with channel:
