@@ -6,8 +6,11 @@ soon as its inputs are ready, steps whose inputs are ready concurrently. Each st
 inference call (``InferenceService.model_infer``), so batching, statistics, metrics and tracing
 see it like any request; a tensor passed between a model without batching and one with batching
 gains or loses a batch dim of 1 (``ensemble.reshape_between``). The response carries
-``sequence_id``, ``sequence_start`` and ``sequence_end`` from the request. An ensemble has no
-backend and no instances: nothing runs here but the steps' own requests.
+``sequence_id``, ``sequence_start`` and ``sequence_end`` from the request. An optional ensemble
+input that the request omits, and a step output that its model did not produce, are empty: a step
+is sent without them (its model then decides whether that input may be left out), as Triton's
+scheduler does. An ensemble has no backend and no instances: nothing runs here but the steps' own
+requests.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext
-from kserve_v2.protocol.errors import InvalidInput
+from kserve_v2.protocol.errors import InternalError
 from kserve_v2.protocol.model_spec import MAX_MEMO
 from kserve_v2.protocol.tensors import from_raw, to_raw
 from kserve_v2.request.encode import set_parameter
@@ -42,6 +45,7 @@ class EnsembleScheduler:
         self._name = config.name
         self._batching = config.max_batch_size > 0
         self._output_dims = {o.name: tuple(o.dims) for o in config.output}
+        self._optional = tuple(i.name for i in config.input if i.optional)
         self._steps = steps
         self._runner = runner
         # requested outputs -> the steps they need (at most MAX_MEMO entries, emptied when full)
@@ -54,13 +58,16 @@ class EnsembleScheduler:
         their own, sent in this request's task: they have its callers (``kserve_v2.backend.local_calls``).
 
         Raises:
-            InvalidInput: an omitted optional ensemble input that a step needs -> INVALID_ARGUMENT.
-            Whatever a step's inference call raises (its model's error, with its status).
+            InternalError: a requested output that its step's model did not produce -> INTERNAL.
+            Whatever a step's inference call raises (its model's error, with its status): a step
+            model's required input left empty is that model's INVALID_ARGUMENT.
         """
         started = time.perf_counter_ns()
         # Triton's request batch size: 0 for an ensemble without batching
         batch = batch_size if self._batching else 0
-        tensors: dict[str, tuple[np.ndarray, int]] = {name: (array, batch) for name, array in feeds.items()}
+        tensors: dict[str, tuple[np.ndarray | None, int]] = {name: (array, batch) for name, array in feeds.items()}
+        for name in self._optional:
+            tensors.setdefault(name, (None, batch))  # omitted: empty
         key = frozenset(output_names)
         pending = self._needed.get(key)
         if pending is None:
@@ -69,17 +76,17 @@ class EnsembleScheduler:
             pending = self._needed[key] = needed_steps(self._steps, output_names)
         while pending:
             ready = [s for s in pending if all(b.ensemble_tensor in tensors for b in s.inputs)]
-            if not ready:  # only an omitted optional ensemble input can starve a step
-                step = pending[0]
-                missing = sorted(b.ensemble_tensor for b in step.inputs if b.ensemble_tensor not in tensors)
-                raise InvalidInput(f"ensemble '{self._name}' step {step.index} (model '{step.model_name}') needs the "
-                                   f"ensemble inputs {missing}, which the request omits")
+            # every step input is an ensemble input or a step's output (ensemble.check_config), and
+            # every ensemble input and step output is in ``tensors``, empty or not, once its step ran
+            assert ready, f"ensemble '{self._name}': no step can run"
             for produced in await asyncio.gather(*(self._step(s, tensors, parameters) for s in ready)):
                 tensors.update(produced)
             pending = tuple(s for s in pending if s not in ready)
         outputs = []
         for name in output_names:
             array, produced_by = tensors[name]
+            if array is None:
+                raise InternalError(f"ensemble '{self._name}': output '{name}' was not produced by its step's model")
             shape = reshape_between(self._output_dims[name], batch != 0, produced_by, array.shape)
             outputs.append(array.reshape(shape))
         response = {"sequence_id": parameters.get("sequence_id", 0),  # Triton's ensemble answers with these
@@ -87,9 +94,10 @@ class EnsembleScheduler:
                     "sequence_end": bool(parameters.get("sequence_end", False))}
         return Execution(outputs, parameters=response), 0, time.perf_counter_ns() - started
 
-    async def _step(self, step: Step, tensors: Mapping[str, tuple[np.ndarray, int]],
-                    parameters: Mapping[str, Parameter]) -> dict[str, tuple[np.ndarray, int]]:
-        """Run one step: its ensemble tensors, each with the batch size of the request that made it."""
+    async def _step(self, step: Step, tensors: Mapping[str, tuple[np.ndarray | None, int]],
+                    parameters: Mapping[str, Parameter]) -> dict[str, tuple[np.ndarray | None, int]]:
+        """Run one step: its ensemble tensors, each with the batch size of the request that made it,
+        leaving out the empty ones; the outputs its model did not produce come back empty."""
         request = pb.ModelInferRequest(model_name=step.model_name,
                                        model_version=str(step.model_version) if step.model_version > 0 else "")
         for key, value in parameters.items():
@@ -97,6 +105,8 @@ class EnsembleScheduler:
         batch = 0
         for binding in step.inputs:
             array, produced_by = tensors[binding.ensemble_tensor]
+            if array is None:
+                continue
             shape = reshape_between(binding.dims, step.batching, produced_by, array.shape)
             if step.batching and not batch and shape:
                 batch = shape[0]
@@ -106,7 +116,7 @@ class EnsembleScheduler:
             request.outputs.add(name=binding.model_tensor)
         response = await self._runner(request)
         by_name = {b.model_tensor: b for b in step.outputs}
-        produced = {}
+        produced: dict[str, tuple[np.ndarray | None, int]] = {b.ensemble_tensor: (None, batch) for b in step.outputs}
         for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=True):
             binding = by_name[tensor.name]
             array = from_raw(raw, binding.dtype, list(tensor.shape), f"output '{tensor.name}' of model '{step.model_name}'")

@@ -5,6 +5,7 @@ inputs, a request may leave them out, and a missing required input gets Triton's
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -39,6 +40,21 @@ def _config(name: str, optional: set[str]) -> str:
     return f'name: "{name}" max_batch_size: 0 input [ {inputs} ] output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]'
 
 
+def _ensemble(repository: Path, name: str, step: str) -> None:
+    """An ensemble of one step, ``step``, whose INPUT3 comes from its optional input E3."""
+    folder = repository / name
+    (folder / "1").mkdir(parents=True)
+    dims = {"E0": -1, "E1": -1, "E2": -1, "E3": 1}
+    inputs = ", ".join(f'{{ name: "{n}" data_type: TYPE_FP32 dims: [ {d} ]{" optional: true" if n == "E3" else ""} }}'
+                       for n, d in dims.items())
+    (folder / "config.pbtxt").write_text(
+        f'platform: "ensemble" max_batch_size: 0 input [ {inputs} ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        f'ensemble_scheduling {{ step [ {{ model_name: "{step}" model_version: -1 '
+        + " ".join(f'input_map {{ key: "INPUT{i}" value: "E{i}" }}' for i in range(4))
+        + ' output_map { key: "OUTPUT0" value: "OUTPUT0" } } ] }\n')
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     repository = tmp_path_factory.mktemp("repo")
@@ -48,7 +64,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     add_model(repository, "input_all_optional", _sum_model(every), _config("input_all_optional", set(every)))
     add_model(repository, "initializers_not_completed", _sum_model({"INPUT3": 100.0}))  # no config.pbtxt
     add_model(repository, "initializer_not_marked", _sum_model({"INPUT3": 100.0}), _config("initializer_not_marked", set()))
-    server = start_server(repository, tmp_path_factory.mktemp("logs"))
+    _ensemble(repository, "ensemble_optional", "input_optional")
+    _ensemble(repository, "ensemble_into_required", "input_all_required")
+    # initializer_not_marked fails to load on purpose: the server stays up without it
+    server = start_server(repository, tmp_path_factory.mktemp("logs"), "--exit-on-error=false")
     yield server
     assert server.stop() == 0
 
@@ -73,6 +92,19 @@ def test_optional_inputs_present_and_absent(server: Server, protocol: str) -> No
     np.testing.assert_array_equal(_infer(server, protocol, "input_optional", {**given, "INPUT3": [-1.0]}), [10.5, 21.5])
     np.testing.assert_array_equal(_infer(server, protocol, "input_all_optional", {}), [10.0])
     np.testing.assert_array_equal(_infer(server, protocol, "input_all_optional", {"INPUT1": [5.0, 6.0]}), [13.0, 14.0])
+
+
+@pytest.mark.parametrize("protocol", CLIENTS)
+def test_an_ensemble_step_runs_without_the_optional_input_the_request_omits(server: Server, protocol: str) -> None:
+    """As Triton's ensemble scheduler: the omitted optional ensemble input is left out of the step's
+    request; a step model that requires it answers with its own text."""
+    given = {"E0": [1.0, 2.0], "E1": [10.0, 20.0], "E2": [0.5, 0.5]}
+    np.testing.assert_array_equal(_infer(server, protocol, "ensemble_optional", given), [111.5, 122.5])
+    np.testing.assert_array_equal(_infer(server, protocol, "ensemble_optional", {**given, "E3": [-1.0]}), [10.5, 21.5])
+    with pytest.raises(InferenceServerException) as raised:
+        _infer(server, protocol, "ensemble_into_required", given)
+    assert "missing required input(s) ['INPUT3']" in raised.value.message(), raised.value.message()
+    assert raised.value.status() == ("StatusCode.INVALID_ARGUMENT" if protocol == "grpc" else "400")
 
 
 @pytest.mark.parametrize("protocol", CLIENTS)
