@@ -1,7 +1,9 @@
 """config.pbtxt: parse, auto-complete from the ONNX graph, and validate.
 
 Follows Triton (``model_configuration.md``, onnxruntime backend): ``config.pbtxt`` is optional;
-``name`` defaults to the folder name; missing inputs and outputs come from the ONNX graph;
+``name`` defaults to the folder name; a configuration naming no backend takes the one its version
+folder's model file names (``model.onnx``, ``model.py``: ``complete_backend``, Triton's core);
+missing inputs and outputs come from the ONNX graph;
 ``max_batch_size`` becomes 4 when the config declares no tensors and every graph tensor has a
 dynamic first dim; ``instance_group`` defaults to one instance per GPU, or two CPU instances.
 """
@@ -18,6 +20,7 @@ from google.protobuf import json_format, text_format
 from kserve_v2 import backend
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.protocol.model_spec import TensorDeclaration
+from kserve_v2.repository import layout
 from kserve_v2.scheduling.sequence_config import reserved_names
 
 if TYPE_CHECKING:
@@ -80,6 +83,7 @@ def read_config(model_dir: Path, name: str, override_json: str | None = None) ->
         raise ConfigError(f"model name '{config.name}' in the configuration does not match the folder name '{name}'")
     config.name = name
     check_config_paths(config, name)
+    complete_backend(config, model_dir)
     if config.platform in ("", PLATFORM) and config.backend in ("", backend.ONNXRUNTIME):
         config.platform, config.backend = PLATFORM, backend.ONNXRUNTIME
     elif (config.platform and config.platform != ENSEMBLE) or (config.backend and backend.find(config.backend) is None):
@@ -90,6 +94,96 @@ def read_config(model_dir: Path, name: str, override_json: str | None = None) ->
     if config.max_batch_size < 0:
         raise ConfigError("max_batch_size must be >= 0")
     return config
+
+
+# Triton's core (constants.h): the model file that tells each backend apart, and the platforms it implies
+_TF_SAVEDMODEL, _TF_GRAPHDEF, _TF_PLATFORMS = "model.savedmodel", "model.graphdef", {
+    "model.savedmodel": "tensorflow_savedmodel", "model.graphdef": "tensorflow_graphdef"}
+_TENSORRT_FILE, _TENSORRT_PLATFORM = "model.plan", "tensorrt_plan"
+_ONNX_FILE, _OPENVINO_FILE, _PYTHON_FILE = "model.onnx", "model.xml", "model.py"
+_LIBTORCH_FILE, _LIBTORCH_PLATFORMS, _AOTI_FILE, _AOTI_PLATFORM = "model.pt", ("pytorch_libtorch", "libtorch"), \
+    "model.pt2", "torch_aoti"
+
+
+def complete_backend(config: mc.ModelConfig, model_dir: Path) -> None:
+    """Fill ``backend`` and ``platform`` (in place) the way Triton's core does before any backend runs
+    (``AutoCompleteBackendFields`` in ``model_config_utils.cc``, triton-inference-server/core).
+
+    Each backend in Triton's order (TensorFlow, TensorRT, ONNX Runtime, OpenVINO, PyTorch, python)
+    is recognised by its platform, then its ``default_model_filename``, then, when the configuration
+    names neither a platform nor a file, by its model file (``model.onnx``, ``model.py``, ...) in the
+    lowest version folder. When nothing names a backend, a model named ``<name>.<backend>`` takes that
+    backend (Triton's custom backends). Backends this server does not run are named too, so that the
+    load is refused naming them. Unlike Triton, which looks into the first subfolder by name (version
+    folder or not), only version folders count; the backend's file name is not written into
+    ``default_model_filename``; and a configuration that still names no backend (no version folder,
+    or a file name no backend claims) is left to the onnxruntime default.
+
+    Raises:
+        ConfigError: a version folder that holds no model file any backend claims, no backend or
+            platform configured and a name without a dot (Triton's "Invalid model name: Could not
+            determine backend for model '<m>' ...").
+    """
+    try:
+        versions = layout.version_dirs(model_dir)
+    except OSError:
+        versions = []
+    folder = model_dir / str(versions[0]) if versions else None
+    files = set(_listing(folder)) if folder is not None else set()
+
+    def found(file: str, is_dir: bool | None = None) -> bool:
+        """The first version folder holds ``file`` (of that kind), and the configuration names no platform or file."""
+        if config.platform or config.default_model_filename or folder is None or file not in files:
+            return False
+        return is_dir is None or (folder / file).is_dir() == is_dir
+
+    filename = config.default_model_filename
+    if not config.platform and config.backend in ("", "tensorflow"):
+        if filename in _TF_PLATFORMS:
+            config.platform = _TF_PLATFORMS[filename]
+        elif found(_TF_SAVEDMODEL, is_dir=True):
+            config.platform = _TF_PLATFORMS[_TF_SAVEDMODEL]
+        elif found(_TF_GRAPHDEF, is_dir=False):
+            config.platform = _TF_PLATFORMS[_TF_GRAPHDEF]
+    if config.platform in _TF_PLATFORMS.values():
+        config.backend = config.backend or "tensorflow"
+        return
+    if not config.backend:
+        if config.platform == _TENSORRT_PLATFORM or filename == _TENSORRT_FILE or found(_TENSORRT_FILE, is_dir=False):
+            config.backend = "tensorrt"
+        elif config.platform == PLATFORM or filename == _ONNX_FILE or found(_ONNX_FILE):
+            config.backend = backend.ONNXRUNTIME
+        elif filename == _OPENVINO_FILE or found(_OPENVINO_FILE):
+            config.backend = "openvino"
+        elif config.platform in _LIBTORCH_PLATFORMS or filename == _LIBTORCH_FILE:
+            config.backend = "pytorch"
+        elif config.platform == _AOTI_PLATFORM or filename == _AOTI_FILE:
+            config.backend = "pytorch"
+        elif found(_LIBTORCH_FILE, is_dir=False):
+            config.backend, config.platform = "pytorch", _LIBTORCH_PLATFORMS[0]
+        elif _LIBTORCH_FILE not in files and found(_AOTI_FILE, is_dir=False):
+            config.backend, config.platform = "pytorch", _AOTI_PLATFORM
+        elif filename == _PYTHON_FILE or found(_PYTHON_FILE):
+            config.backend = backend.PYTHON
+    if config.backend == "tensorrt":
+        config.platform = config.platform or _TENSORRT_PLATFORM
+    elif config.backend == backend.ONNXRUNTIME:
+        config.platform = config.platform or PLATFORM
+    elif config.backend == "pytorch":
+        config.platform = config.platform or _LIBTORCH_PLATFORMS[0]
+    elif not config.backend and not config.platform and not filename and folder is not None:
+        if "." not in config.name:
+            raise ConfigError(f"Invalid model name: Could not determine backend for model '{config.name}' with no "
+                              "backend in model configuration. Expected model name of the form 'model.<backend_name>'.")
+        config.backend = config.name.split(".", 1)[1]
+
+
+def _listing(folder: Path) -> list[str]:
+    """The names in ``folder`` (none when it cannot be listed)."""
+    try:
+        return [child.name for child in folder.iterdir()]
+    except OSError:
+        return []
 
 
 def complete_instances(config: mc.ModelConfig, gpus: int) -> None:

@@ -78,3 +78,23 @@ def select_versions(available: list[int], policy: mc.ModelVersionPolicy) -> list
         return [v for v in available if v in wanted]
     count = policy.latest.num_versions if choice == "latest" else 1
     return available[-max(count, 1) :] if available else []
+
+
+def modified_ns(model_dir: Path) -> int:
+    """When anything in a model folder last changed (ns): the newest modification time of the folder and,
+    recursively, of everything in it, symlinks followed (Triton's ``ModelTimestamp``; what cannot be read
+    counts as 0, a folder reached twice once)."""
+    newest = 0
+    seen: set[tuple[int, int]] = set()
+    pending = [model_dir]
+    while pending:
+        path = pending.pop()
+        try:
+            stat = path.stat()
+            newest = max(newest, stat.st_mtime_ns)
+            if path.is_dir() and (stat.st_dev, stat.st_ino) not in seen:
+                seen.add((stat.st_dev, stat.st_ino))
+                pending.extend(path.iterdir())
+        except OSError:
+            continue
+    return newest

@@ -31,8 +31,9 @@ from kserve_v2.repository import layout
 from kserve_v2.repository.loader import LoadResult, load_model
 from kserve_v2.scheduling import ensemble
 from kserve_v2.scheduling.ensemble_scheduler import EnsembleScheduler
-from kserve_v2.repository.overrides import (LoadOverrides, OverrideError, parse_load_parameters, poll_failure,
-                                            write_private_folder)
+from kserve_v2.repository.config import CONFIG_FILE
+from kserve_v2.repository.overrides import (KeptConfig, LoadOverrides, OverrideError, parse_config_override,
+                                            parse_load_parameters, poll_failure, write_private_folder)
 from kserve_v2.protocol.model_spec import ModelSpec
 from kserve_v2.repository.records import ModelRecord, ModelRecords, VersionStatus
 
@@ -75,8 +76,8 @@ class ModelManager(ModelRecords):
 
         Raises:
             InvalidInput: an unknown parameter (Triton's "Unrecognized load parameter ...") -> INVALID_ARGUMENT.
-            InvalidInput / InternalError: ``file:`` overrides that cannot form the model folder, with
-                Triton's text (see ``overrides.poll_failure``).
+            InvalidInput / InternalError: ``file:`` overrides that cannot form the model folder, or a
+                ``config`` that is not ModelConfig JSON, with Triton's text (see ``overrides.poll_failure``).
             InvalidInput / InternalError: as ``load``.
         """
         try:
@@ -96,8 +97,11 @@ class ModelManager(ModelRecords):
         Raises:
             InvalidInput: an unsafe model name, or nothing could be loaded (Triton's text, see
                 ``load_failure``) -> INVALID_ARGUMENT / 400.
-            InternalError: no such folder ("failed to load '<m>', failed to poll from model
-                repository") -> INTERNAL.
+            InternalError: no such folder, or a ``config`` override that is not ModelConfig JSON ("failed
+                to load '<m>', failed to poll from model repository") -> INTERNAL / 500.
+
+        A load without a ``config`` keeps the override of an earlier load until a file of the model's
+        folder changes or the model is unloaded (Triton's core; ``overrides.KeptConfig``).
         """
         await self._to_the_end(self._load(name, overrides, _chain))
 
@@ -107,6 +111,7 @@ class ModelManager(ModelRecords):
         async with self._locked(name):
             folder = self._folder(name, overrides)
             try:
+                overrides, kept = self._poll(name, folder, overrides)
                 record = self._records.setdefault(name, ModelRecord(name))
                 for version in layout.version_dirs(folder):
                     record.versions.setdefault(version, VersionStatus(State.LOADING))
@@ -126,6 +131,8 @@ class ModelManager(ModelRecords):
                 raise InvalidInput(load_failure(name, result))
             for version, reason in result.failed.items():  # versions that failed beside ones that loaded
                 log.error("failed to load model '%s' version %d: %s", name, version, reason)
+            # kept once it has loaded: after a failed load, a load without parameters reloads what serves
+            record.kept = kept
             record.memory_bytes = max(0, int(memory * 2**20))
             log.info("loaded model '%s' versions %s in %.1f ms (RSS %+.1f MiB)",
                      name, sorted(result.loaded), elapsed_ms, memory)
@@ -181,6 +188,31 @@ class ModelManager(ModelRecords):
                 del self._locks[name]
             else:
                 self._locks[name] = (lock, users - 1)
+
+    def _poll(self, name: str, folder: Path, overrides: LoadOverrides) -> tuple[LoadOverrides, KeptConfig | None]:
+        """What Triton's core does when it polls the model before a load: check a ``config`` override
+        and keep it for later loads (not one with ``file:`` overrides); for a load without one, take
+        the override a previous load kept while no file of the folder changed since.
+
+        Returns:
+            the overrides this load uses, and the ``config`` override the model keeps after it.
+
+        Raises:
+            InternalError: a ``config`` that is not ModelConfig JSON or names another model (Triton's
+                "failed to load '<m>', failed to poll from model repository"); nothing changes.
+        """
+        if overrides.config_json is not None:
+            try:
+                parse_config_override(overrides.config_json, name)
+            except OverrideError as err:
+                raise poll_failure(name, err) from None
+            return overrides, None if overrides.files else KeptConfig.taken(overrides.config_json, folder, CONFIG_FILE)
+        record = self._records.get(name)
+        kept = record.kept if record is not None else None
+        if kept is None or layout.modified_ns(folder) > kept.stamp_ns:
+            return overrides, None  # config.pbtxt (again)
+        log.info("model '%s' keeps the configuration an earlier load provided", name)
+        return LoadOverrides(kept.config_json), kept
 
     def _folder(self, name: str, overrides: LoadOverrides) -> Path:
         if overrides.files:
@@ -240,6 +272,7 @@ class ModelManager(ModelRecords):
             self._startup.discard(name)  # unloaded on purpose: readiness no longer waits for it
             if record is None:
                 return
+            record.kept = None  # Triton forgets a model it unloads, with its config override
             models = [s.model for s in record.versions.values() if s.model is not None]
             for status in record.versions.values():
                 if status.model is not None:

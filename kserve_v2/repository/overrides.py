@@ -6,8 +6,13 @@ whole override model folder and require ``config``; any other key is rejected. O
 are written only into a fresh private directory per load. Every path is checked first
 (no ``..``, absolute path, backslash, NUL or over-long component): nothing is written for a request with one bad path.
 
-A ``file:`` override that cannot form a model folder is what Triton reports as a failed poll of the
-model: the client gets Triton's text, the server log the detail (``OverrideError``).
+A ``file:`` override that cannot form a model folder, and a ``config`` that is not ModelConfig JSON
+(or names another model), are what Triton reports as a failed poll of the model: the client gets
+Triton's text, the server log the detail (``OverrideError``), and the model keeps what it served.
+
+A ``config`` override outlives its load as Triton's core keeps it (``model_repository_manager.cc``):
+a later load without parameters keeps it until a file of the model's folder changes after it, or
+the model is unloaded; a ``file:`` override is never kept (``KeptConfig``).
 """
 
 from __future__ import annotations
@@ -15,12 +20,17 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from google.protobuf import json_format
+
 from kserve_v2._proto import grpc_service_pb2 as pb
+from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.protocol.errors import InternalError, InvalidInput, ServerError
+from kserve_v2.repository.layout import modified_ns
 
 FILE_PREFIX = "file:"
 MAX_COMPONENT_BYTES = 255
@@ -81,6 +91,46 @@ def parse_load_parameters(parameters: Mapping[str, pb.ModelRepositoryParameter])
     return LoadOverrides(config_json, files)
 
 
+def parse_config_override(text: str, name: str) -> mc.ModelConfig:
+    """Parse a ``config`` load parameter as Triton's core does while it polls the model
+    (``JsonToModelConfig``: protobuf JSON, unknown fields refused).
+
+    Raises:
+        OverrideError: not ModelConfig JSON ("Invalid config override: <parser's text>"), or a
+            ``name`` other than the model's (Triton's "unexpected directory name ..." text).
+    """
+    config = mc.ModelConfig()
+    try:
+        json_format.Parse(text, config)
+    except (json_format.ParseError, ValueError, TypeError, RecursionError) as err:
+        raise OverrideError(f"Invalid config override: {err}", unsafe=False) from None
+    if config.name and config.name != name:
+        raise OverrideError(f"unexpected directory name '{name}' for model '{config.name}', directory name must equal "
+                            "model name", unsafe=False)
+    return config
+
+
+@dataclass(frozen=True)
+class KeptConfig:
+    """A ``config`` override kept for the loads without parameters that follow it.
+
+    Attributes:
+        config_json: the override, as it was sent.
+        stamp_ns: when it took the place of ``config.pbtxt`` (wall clock, ns); a later load without
+            parameters keeps it while no file of the model's folder is newer (``layout.modified_ns``).
+    """
+
+    config_json: str
+    stamp_ns: int
+
+    @classmethod
+    def taken(cls, config_json: str, folder: Path, config_file: str) -> KeptConfig:
+        """Keep ``config_json`` from now. Triton stamps the override with the time of the load when
+        the folder has a config file, else with the folder's own time (``SetModelConfigModifiedTime``)."""
+        stamp = time.time_ns() if (folder / config_file).is_file() else modified_ns(folder)
+        return cls(config_json, stamp)
+
+
 def check_relative_path(path: str) -> str:
     """Return ``path`` if it is a safe relative path inside a model folder.
 
@@ -131,10 +181,10 @@ def write_private_folder(files: Mapping[str, bytes]) -> Path:
 
 
 def poll_failure(name: str, err: OverrideError) -> ServerError:
-    """Triton's answer to ``file:`` overrides that cannot form the model folder (its core reports them
-    as a failed poll of the model): "failed to load '<m>', failed to poll from model repository",
-    INTERNAL, with the detail in the server log only; a path that would leave the folder stays
-    INVALID_ARGUMENT (same text)."""
+    """Triton's answer to ``file:`` overrides that cannot form the model folder, or a ``config`` that
+    ``parse_config_override`` refuses (its core reports them as a failed poll of the model): "failed
+    to load '<m>', failed to poll from model repository", INTERNAL / HTTP 500, with the detail in the
+    server log only; a path that would leave the folder stays INVALID_ARGUMENT / 400 (same text)."""
     log.error("Poll failed for model directory '%s': %s", name, err)
     text = f"failed to load '{name}', failed to poll from model repository"
     return InvalidInput(text) if err.unsafe else InternalError(text)

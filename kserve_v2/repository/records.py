@@ -20,6 +20,7 @@ from kserve_v2.models.version import ModelVersion
 from kserve_v2.protocol.errors import InvalidInput, NotFound, Unavailable
 from kserve_v2.repository import layout
 from kserve_v2.repository.config import CONFIG_FILE, ConfigError, read_config
+from kserve_v2.repository.overrides import KeptConfig
 from kserve_v2.scheduling import ensemble
 
 DUPLICATE_REASON = "model appears in two or more repositories"  # Triton's RepositoryIndex reason
@@ -42,6 +43,7 @@ class ModelRecord:
     versions: dict[int, VersionStatus] = field(default_factory=dict)
     error: str = ""
     memory_bytes: int = 0  # resident memory the last successful load added
+    kept: KeptConfig | None = None  # a config override the loads without parameters keep (Triton's rule)
 
 
 @dataclass(frozen=True)

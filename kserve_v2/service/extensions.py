@@ -52,8 +52,8 @@ class TritonExtensions:
             Unavailable: control mode is not explicit (Triton's answer) -> UNAVAILABLE.
             InvalidInput: unsafe name or file path, unknown parameter, or a failed load (Triton's
                 "load failed for model '<m>': version <v> is at UNAVAILABLE state: <reason>;") -> INVALID_ARGUMENT.
-            InternalError: unknown model, or ``file:`` overrides that cannot be written ("failed to load
-                '<m>', failed to poll from model repository") -> INTERNAL.
+            InternalError: unknown model, ``file:`` overrides that cannot be written, or a ``config`` that
+                is not ModelConfig JSON ("failed to load '<m>', failed to poll from model repository") -> INTERNAL.
         """
         self.require_explicit()
         await self._manager.load_requested(requested_model(request), request.parameters)
