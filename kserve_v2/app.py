@@ -127,9 +127,14 @@ class App:
             self.metrics_server = http_server(build_metrics_app(exposition), settings.metrics_address,
                                               settings.metrics_port)
         self._health_updates: set[asyncio.Task[None]] = set()
+        self._stop = asyncio.Event()  # set by SIGTERM / SIGINT, or by a failed startup under --exit-on-error
+        self._exit_code = 0
         logs.install()  # after uvicorn has set up its loggers
 
     def _on_change(self) -> None:
+        if self.metrics is not None:  # a loaded version's series start at 0, as Triton's
+            self.metrics.loaded((record.name, str(version)) for record in self.manager.records()
+                                for version, status in record.versions.items() if status.state is State.READY)
         if self.group is not None:
             self._report()
         self._on_view()
@@ -147,7 +152,7 @@ class App:
     async def run(self) -> int:
         """Serve until SIGTERM or SIGINT; returns the exit code."""
         loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
+        stop = self._stop
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         live = health_pb2.HealthCheckResponse.NOT_SERVING if self.state.failure else health_pb2.HealthCheckResponse.SERVING
@@ -173,7 +178,7 @@ class App:
         self.offload.close()
         await asyncio.to_thread(self.tracing.shutdown)
         log.info("server stopped")
-        return 0
+        return self._exit_code
 
     async def _open_ports(self) -> None:
         await self.server.start()
@@ -254,7 +259,15 @@ class App:
             log.error("server failed to initialize: %s; with --exit-on-error=false it stays up, not live and not "
                       "ready, answering health and metadata", self.state.failure)
             return
-        await self.manager.load_startup_models(self._startup_names())
+        names = self._startup_names()
+        await self.manager.load_startup_models(names)
+        if names and self.settings.exit_on_error and not self.manager.startup_models_ready():
+            # Triton's text ("error: creating server: Internal - failed to load all models"); each model's
+            # reason was logged as it failed
+            log.error("failed to load all models; exiting (--exit-on-error=false keeps the server up, not ready)")
+            self._exit_code = 1
+            self._stop.set()
+            return
         self.state.started = True
         await self._publish_health()
         if self.group is not None:  # the supervisor says when the server is ready

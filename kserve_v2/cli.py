@@ -150,8 +150,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     flag("repository-poll-secs", defaults.repository_poll_secs, "poll mode: seconds between repository scans", type=float)
     flag("exit-on-error", defaults.exit_on_error,
-         "exit when initialization fails (a model repository that is missing or cannot be read); false: stay up "
-         "answering health (not live, not ready) and metadata, as Triton does", type=_bool)
+         "exit when initialization fails (a model repository that is missing or cannot be read: usage error; a "
+         "model that fails to load at startup: exit code 1, as Triton does); false: stay up, a repository that "
+         "cannot be read answering health (not live, not ready) and metadata, a model that failed not ready",
+         type=_bool)
     flag("strict-readiness", defaults.strict_readiness,
          "ready only when every startup model is READY (false: ready once startup ends)", type=_bool)
     flag("workers", str(defaults.workers),

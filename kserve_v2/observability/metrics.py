@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -76,6 +76,8 @@ _COLUMNS = 8
 # PHASES' index (into batch size, total, queue, input, infer, output) -> column of a row's observations
 _DURATION_COLUMNS = (0, 3, 4, 5, 6, 7)
 _REASONS = {ErrorCode.UNAVAILABLE: "REJECTED", ErrorCode.CANCELLED: "CANCELED", ErrorCode.INTERNAL: "BACKEND"}
+_FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")  # Triton's, in its order
+FAILURE_LABELS = ["model", "reason", "version"]  # in Triton's exposition order (sorted by name)
 
 
 class InferenceMetrics(Collector):
@@ -92,7 +94,7 @@ class InferenceMetrics(Collector):
     def __init__(self, registry: CollectorRegistry, config: MetricsConfig | None = None) -> None:
         self._config = config = config or MetricsConfig()
         self._values: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * len(FAMILIES))
-        self._failures: defaultdict[tuple[str, str, str], int] = defaultdict(int)
+        self._failures: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # (model, reason, version)
         self._pending: defaultdict[tuple[str, str], int] = defaultdict(int)
         # per version: counts per latency bucket (the last is +Inf), and the sum in seconds
         self._latency: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0] * (len(LATENCY_BUCKETS) + 2))
@@ -111,6 +113,18 @@ class InferenceMetrics(Collector):
         self._summaries: list[dict[tuple[str, str], WindowQuantiles]] = [{} for _ in SUMMARIES] if (
             config.summary_latencies) else []
         registry.register(self)
+
+    def loaded(self, versions: Iterable[tuple[str, str]]) -> None:
+        """Give each (model, version label) its series at 0, as Triton's model reporter does when a
+        version loads: the counters, every failure ``reason`` and, when on, the latency summaries
+        (quantiles NaN until a request is seen)."""
+        for key in versions:
+            self._values[key]  # noqa: B018 -- the defaultdict creates the zeroed series
+            for reason in _FAILURE_REASONS:
+                self._failures[(key[0], reason, key[1])] += 0
+            for windows in self._summaries:
+                if key not in windows:
+                    windows[key] = WindowQuantiles(self._config.summary_max_age_secs, SUMMARY_AGE_BUCKETS)
 
     def started(self, model: str, version: str) -> None:
         """A request for this version is pending."""
@@ -182,7 +196,7 @@ class InferenceMetrics(Collector):
         self._pending[(model, version)] -= 1
         self._requests[(model, api, "error")] += 1
         self._values[(model, version)][3] += total_ns / 1000
-        self._failures[(model, version, _REASONS.get(code, "OTHER"))] += 1
+        self._failures[(model, _REASONS.get(code, "OTHER"), version)] += 1
 
     def collect(self) -> Iterator[Metric]:
         """Called by the registry at each scrape (on the event loop, as the updates)."""
@@ -194,7 +208,7 @@ class InferenceMetrics(Collector):
             for (model, version), values in self._values.items():
                 family.add_metric([model, version], values[index])
             yield family
-        failures = UnknownMetricFamily(FAILURE[0], FAILURE[1], labels=LABELS + ["reason"])
+        failures = UnknownMetricFamily(FAILURE[0], FAILURE[1], labels=FAILURE_LABELS)
         for labels, count in self._failures.items():
             failures.add_metric(list(labels), count)
         yield failures

@@ -143,7 +143,8 @@ def stub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[service_pb2_grpc.
     add_model(repository, "flat_fp32", identity_model(TensorProto.FLOAT),
               'max_batch_size: 0\ninput [{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1, -1] }]')
     add_model(repository, "corrupt", b"not onnx")
-    server = start_server(repository, tmp_path_factory.mktemp("logs"), "--strict-readiness", "false")
+    server = start_server(repository, tmp_path_factory.mktemp("logs"), "--strict-readiness", "false",
+                          "--exit-on-error=false")  # corrupt fails to load
     with grpc.insecure_channel(server.url, options=[("grpc.max_send_message_length", 2**31 - 1)]) as channel:
         yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
     assert server.proc.poll() is None, "the server died"

@@ -79,6 +79,24 @@ def test_triton_families_count_exactly_what_was_sent(server) -> None:
     assert metric(after, "process_cpu_seconds_total") > 0
 
 
+def test_a_loaded_version_has_its_series_at_0_before_any_request(tmp_path) -> None:
+    """As Triton's model reporter: the counters and each failure reason exist from the load, the
+    failure's labels in Triton's (sorted) order: model, reason, version."""
+    repository = tmp_path / "repo"
+    add_model(repository, "idle", make_model([helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+                                             [("INPUT0", TensorProto.FLOAT, [None])],
+                                             [("OUTPUT0", TensorProto.FLOAT, [None])]))
+    server = start_server(repository, tmp_path / "logs")
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
+    finally:
+        assert server.stop() == 0
+    for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER"):
+        assert f'nv_inference_request_failure{{model="idle",reason="{reason}",version="1"}} 0.0' in text, text
+    for family in ("request_success", "count", "exec_count", "request_duration_us"):
+        assert f'nv_inference_{family}{{model="idle",version="1"}} 0.0' in text, family
+
+
 def test_http_metrics_use_route_patterns_and_skip_health(server) -> None:
     body = json.dumps({"inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}
                                   for n in ("INPUT0", "INPUT1")]}).encode()
@@ -210,5 +228,9 @@ def test_failures_are_counted_by_their_triton_reason(tmp_path) -> None:
         assert server.stop() == 0
     failures = {(dict(labels)["model"], dict(labels)["reason"]): value for (name, labels), value in samples.items()
                 if name == "nv_inference_request_failure"}
-    assert failures == {("slow", "REJECTED"): 1, ("slow", "CANCELED"): 2, ("overflow", "BACKEND"): 1}, failures
+    # every reason of every loaded version has its series, at 0 from the load, as in Triton
+    assert set(failures) == {(model, reason) for model in ("slow", "overflow")
+                             for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER")}, failures
+    counted = {key: value for key, value in failures.items() if value}
+    assert counted == {("slow", "REJECTED"): 1, ("slow", "CANCELED"): 2, ("overflow", "BACKEND"): 1}, counted
     assert metric(samples, "sie_requests_total", model="slow", endpoint="infer", status="error") == 3

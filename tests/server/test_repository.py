@@ -51,7 +51,7 @@ def repo_server(tmp_path_factory):
         'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [4] reshape: { shape: [1, 2, 2] } }]\n'
         'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [4] reshape: { shape: [1, 2, 2] } }]\n'))
     (repository / "empty_folder").mkdir()
-    server = start_server(repository, tmp_path_factory.mktemp("logs"))
+    server = start_server(repository, tmp_path_factory.mktemp("logs"), "--exit-on-error=false")
     yield server
     assert server.stop() == 0
 
@@ -127,7 +127,7 @@ def test_corrupt_model_is_unavailable_others_serve_and_server_not_ready(tmp_path
     repository = tmp_path / "repo"
     add_model(repository, "good", identity_model(TensorProto.FLOAT))
     add_model(repository, "corrupt", b"this is not an onnx model")
-    server = start_server(repository, tmp_path)
+    server = start_server(repository, tmp_path, "--exit-on-error=false")
     try:
         with grpcclient.InferenceServerClient(server.url) as client:
             assert client.is_server_live()
@@ -173,7 +173,7 @@ def test_non_strict_readiness_and_bad_configs(tmp_path) -> None:
               'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [DIMS] }]')
     add_model(repository, "scalar_1dim", identity_model(TensorProto.FLOAT, []), scalar.replace("DIMS", "1"))
     add_model(repository, "scalar_2dim", identity_model(TensorProto.FLOAT, []), scalar.replace("DIMS", "2"))
-    server = start_server(repository, tmp_path, "--strict-readiness", "false")
+    server = start_server(repository, tmp_path, "--strict-readiness", "false", "--exit-on-error=false")
     try:
         with grpcclient.InferenceServerClient(server.url) as client:
             assert client.is_server_ready()
@@ -233,7 +233,8 @@ def test_several_repositories_serve_as_one(tmp_path) -> None:
     (second / "chain" / "config.pbtxt").write_text(CHAIN)
     for repository in (first, second):
         add_model(repository, "twice", _scale_model(5.0))
-    server = start_server(first, tmp_path / "logs", "--model-repository", str(second), "--strict-readiness", "false")
+    server = start_server(first, tmp_path / "logs", "--model-repository", str(second), "--strict-readiness", "false",
+                          "--exit-on-error=false")
     try:
         with grpcclient.InferenceServerClient(server.url) as client:
             index = {m.name: m for m in client.get_model_repository_index().models}

@@ -68,6 +68,29 @@ def test_usage_errors(tmp_path, args, text) -> None:
     assert done.returncode == 2 and text.format(tmp=tmp_path) in done.stderr
 
 
+@pytest.mark.parametrize("mode", [("--model-control-mode", "none"), ("--model-control-mode", "explicit",
+                                                                       "--load-model", "broken")])
+def test_a_startup_model_that_fails_exits_unless_exit_on_error_is_false(tmp_path, mode: tuple[str, ...]) -> None:
+    """Triton's "error: creating server: Internal - failed to load all models" and exit 1 by default;
+    with --exit-on-error=false the server stays up, the good model READY and the server not ready."""
+    repository = tmp_path / "models"
+    add_model(repository, "good", identity_model(TensorProto.FLOAT))
+    add_model(repository, "broken", b"not an onnx model")
+    command = [sys.executable, "-m", "kserve_v2", "serve", "--model-repository", str(repository), "--grpc-port", "0",
+               "--http-port", "0", "--metrics-port", "0", *mode]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "failed to load all models" in done.stderr and "failed to load model 'broken'" in done.stderr
+    server = start_server(repository, tmp_path, "--exit-on-error=false", *mode)
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            assert client.is_server_live() and not client.is_server_ready()
+            assert not client.is_model_ready("broken")
+            assert client.is_model_ready("good") == (mode[1] == "none")
+    finally:
+        assert server.stop() == 0
+
+
 def test_a_repository_given_twice_is_one_repository(tmp_path) -> None:
     """test_config_override starts Triton with the same --model-repository twice: one repository."""
     repository = tmp_path / "models"
