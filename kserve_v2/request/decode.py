@@ -22,6 +22,7 @@ from kserve_v2.protocol.errors import InvalidInput
 from kserve_v2.protocol.model_spec import MAX_MEMO, InputPlan, ModelSpec, RequestPlan, TensorSpec
 from kserve_v2.protocol.tensors import element_count, from_contents, from_raw, unpack_bytes
 from kserve_v2.request import classification
+from kserve_v2.request.input_order import triton_input_order
 from kserve_v2.request.shared_memory import RegionRange, RequestRegions
 
 _SHM_PARAMETERS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
@@ -122,8 +123,11 @@ def _planned_feeds(plan: RequestPlan, entries: Sequence[Buffer], spec: ModelSpec
     feeds: dict[str, np.ndarray] = {}
     for planned, entry in zip(plan.inputs, entries, strict=True):
         if planned.numpy is None:
-            feeds[planned.name] = unpack_bytes(entry, planned.count, f"input '{planned.name}' for model '{spec.name}'"
-                                               ).reshape(planned.shape)
+            try:
+                feeds[planned.name] = unpack_bytes(entry, planned.count, f"input '{planned.name}' for model '{spec.name}'"
+                                                   ).reshape(planned.shape)
+            except InvalidInput:
+                return None  # the full validation names the input Triton names
         elif len(entry) != planned.nbytes:
             return None
         else:
@@ -169,31 +173,74 @@ def _decode_inputs(inputs: list[InputTensor], spec: ModelSpec,
         )
     raw_index = 0
     feeds: dict[str, np.ndarray] = {}
-    for sent, reference in zip(inputs, in_memory, strict=True):
+    for index, (sent, reference) in enumerate(zip(inputs, in_memory, strict=True)):
         name = sent.name
         tensor = by_name.get(name)
         if tensor is None:
             raise InvalidInput(f"unexpected inference input '{name}' for model '{spec.name}'")
         if name in feeds:
             raise InvalidInput(f"input '{name}' appears more than once in the request for model '{spec.name}'")
-        if sent.datatype != tensor.dtype.v2:
-            raise InvalidInput(
-                f"inference input '{name}' data-type is '{sent.datatype}', "
-                f"but model '{spec.name}' expects '{tensor.dtype.v2}'"
-            )
-        shape = sent.shape
-        spec.check_shape(tensor, shape)
-        what = f"input '{name}' for model '{spec.name}'"
-        if reference is not None and memory is not None:
-            feeds[name] = from_raw(memory.slice(*reference).read(), tensor.dtype, shape, what)
-        elif raw_count:
-            feeds[name] = from_raw(raw[raw_index], tensor.dtype, shape, what)
+        entry = None
+        if raw_count and (reference is None or memory is None):
+            entry = raw[raw_index]
             raw_index += 1
-        else:
-            feeds[name] = _from_typed_contents(sent, tensor, shape, what)
+        try:
+            feeds[name] = _decode_input(sent, tensor, spec, entry, reference, memory)
+        except InvalidInput as failure:
+            raise _first_failure(inputs, in_memory, raw, index, failure, spec, memory) from None
     if len(feeds) < len(spec.inputs):
         _check_required(spec, feeds)
     return feeds
+
+
+def _decode_input(sent: InputTensor, tensor: TensorSpec, spec: ModelSpec, entry: Buffer | None,
+                  reference: tuple[str, int, int] | None, memory: RequestRegions | None) -> np.ndarray:
+    """One input's array, from shared memory (``reference``), its raw entry or its typed contents,
+    after its datatype and shape checks (Triton's per-input checks in ``InferenceRequest::Normalize``)."""
+    name = sent.name
+    if sent.datatype != tensor.dtype.v2:
+        raise InvalidInput(f"inference input '{name}' data-type is '{sent.datatype}', "
+                           f"but model '{spec.name}' expects '{tensor.dtype.v2}'")
+    shape = sent.shape
+    spec.check_shape(tensor, shape)
+    what = f"input '{name}' for model '{spec.name}'"
+    if reference is not None and memory is not None:
+        return from_raw(memory.slice(*reference).read(), tensor.dtype, shape, what)
+    if entry is not None:
+        return from_raw(entry, tensor.dtype, shape, what)
+    return _from_typed_contents(sent, tensor, shape, what)
+
+
+def _first_failure(inputs: list[InputTensor], in_memory: list[tuple[str, int, int] | None], raw: Sequence[Buffer],
+                   failed: int, failure: InvalidInput, spec: ModelSpec, memory: RequestRegions | None) -> InvalidInput:
+    """The error Triton gives when input ``failed`` (an index in ``inputs``) failed its checks with
+    ``failure``: Triton checks the inputs in the order of its core's ``std::unordered_map`` of them
+    (``triton_input_order``), so another input that fails too may come first. The inputs before
+    ``failed`` passed; an unknown or repeated input after it fails before any input's checks, as in
+    Triton (its name is looked up, and a repeat refused, before the per-input checks)."""
+    names = {sent.name for sent in inputs[:failed + 1]}
+    for sent in inputs[failed + 1:]:
+        if sent.name not in spec.inputs_by_name:
+            return InvalidInput(f"unexpected inference input '{sent.name}' for model '{spec.name}'")
+        if sent.name in names:
+            return InvalidInput(f"input '{sent.name}' appears more than once in the request for model '{spec.name}'")
+        names.add(sent.name)
+    errors: dict[int, InvalidInput] = {failed: failure}
+    raw_index = sum(1 for reference in in_memory[:failed + 1] if reference is None or memory is None) if raw else 0
+    for index in range(failed + 1, len(inputs)):
+        sent, reference = inputs[index], in_memory[index]
+        entry = None
+        if raw and (reference is None or memory is None):
+            entry = raw[raw_index]
+            raw_index += 1
+        try:
+            _decode_input(sent, spec.inputs_by_name[sent.name], spec, entry, reference, memory)
+        except InvalidInput as err:
+            errors[index] = err
+    for index in triton_input_order([sent.name for sent in inputs]):
+        if index in errors:
+            return errors[index]
+    return failure  # not reached: ``failed`` is in the order
 
 
 def _check_required(spec: ModelSpec, feeds: Mapping[str, np.ndarray]) -> None:

@@ -14,6 +14,12 @@ CVE-2025-23310 chunk flood):
   per read while the headers are incomplete, and exactly when they end);
 - chunk count: more than ``max_chunks`` chunks in one chunked body gives 400 and close (Triton's
   ``kMaxChunkedChunks`` of 65,536);
+- ``Transfer-Encoding: chunked`` beside a ``Content-Length`` (what ``requests`` sends for a body the
+  caller chunk-encoded, as Triton's L0_http ``test_content_encoding_chunked_manually`` does): the
+  body is read as chunked, the ``Content-Length`` ignored, and the connection closed after the
+  response (RFC 9112 section 6.1), where llhttp would answer 400; Triton's HTTP server (libevhtp)
+  takes such a request too. A ``Transfer-Encoding`` whose last coding is not ``chunked`` is still
+  400 and close;
 - a client that disconnects cancels its request: when the connection is lost before the response
   is complete, the task running the application for it is cancelled, as gRPC cancels the call of a
   client that went away, so the request leaves the batch queue and its running execution is
@@ -29,7 +35,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
@@ -76,6 +82,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     _chunks = 0
     _reject: tuple[int, str] | None = None
     _running: dict[RequestResponseCycle, asyncio.Task[None]] | None = None  # application runs of this connection
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # llhttp refuses Content-Length beside Transfer-Encoding; on_headers_complete lets only a chunked one through
+        self.parser.set_dangerous_leniencies(lenient_chunked_length=True)
 
     # asyncio types the argument BaseTransport; uvicorn narrows it to Transport (with the same ignore)
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -134,9 +145,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 len(self.url) + sum(len(name) + len(value) for name, value in self.headers) > self.limits.max_header_bytes):
             self._reject = (431, f"request line and headers are over {self.limits.max_header_bytes} bytes")
             raise _Rejected(self._reject[1])  # httptools stops parsing; uvicorn then calls send_400_response
+        framed_twice = _framed_twice(self.headers)
+        if framed_twice is None:
+            self._reject = (400, "the request's Transfer-Encoding does not end with chunked")
+            raise _Rejected(self._reject[1])
         self._phase, self._since = _BODY, self.loop.time()
         self._header_bytes = self._chunks = 0
         super().on_headers_complete()
+        if framed_twice and self.cycle is not None and self.cycle.scope is self.scope:
+            self.cycle.keep_alive = False  # RFC 9112 6.1: close after answering a request framed both ways
         if self.parser.should_upgrade():  # a WebSocket: the connection now belongs to uvicorn's WebSocket protocol
             self._phase = _IDLE
             if self._watchdog is not None:
@@ -188,3 +205,20 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.cycle.disconnected = True  # the application sees http.disconnect from now on
             self.cycle.message_event.set()
         self.transport.close()
+
+
+def _framed_twice(headers: list[tuple[bytes, bytes]]) -> bool | None:
+    """How a request's headers (lower-case names) frame its body: True for a Content-Length beside a
+    chunked Transfer-Encoding (the body is read as chunked); None for a Transfer-Encoding whose last
+    coding is not ``chunked`` (400: its length cannot be known; llhttp's own check, which
+    ``lenient_chunked_length`` turns off); False otherwise."""
+    length = False
+    codings: list[bytes] = []
+    for name, value in headers:
+        if name == b"content-length":
+            length = True
+        elif name == b"transfer-encoding":
+            codings.extend(value.split(b","))
+    if not codings:
+        return False
+    return length if codings[-1].strip().lower() == b"chunked" else None

@@ -68,7 +68,9 @@ EMBEDDINGS: dict[str, Any] = {"type": "object", "required": ["model", "input"], 
     "encoding_format": {"type": "string", "enum": ["float", "base64"]},
     "dimensions": {"type": "integer", "minimum": 1},
     "user": {"type": "string"},
-    "truncate": TRUNCATE, "truncation_direction": TRUNCATION_DIRECTION, "prompt_name": PROMPT_NAME}}
+    "truncate": TRUNCATE, "truncation_direction": TRUNCATION_DIRECTION, "prompt_name": PROMPT_NAME,
+    "instruction": {"type": "string", "description": "goes ahead of the prefix prompt_name chooses (SIE's instruction, as "
+                                                     "/v1/encode takes it)"}}}
 DOCUMENT: dict[str, Any] = {"oneOf": [
     {"type": "string"},
     {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}]}

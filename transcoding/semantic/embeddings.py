@@ -15,7 +15,8 @@ an input over the model's ``max_sequence_length`` is refused with OpenAI's
 ``context_length_exceeded`` (400), naming its token count and the limit, unless ``truncate``
 (text-embeddings-inference's boolean, with ``truncation_direction``, or Cohere's
 ``NONE``/``START``/``END``) asks to cut it; ``prompt_name`` (``query`` or ``document``, the
-default) chooses the model's configured prefix.
+default) chooses the model's configured prefix, and ``instruction`` (SIE's, as ``/v1/encode`` takes
+it) goes ahead of that prefix.
 
 ``/v1/tokenize`` (after vLLM's and text-embeddings-inference's ``/tokenize``): ``input`` (a string or
 a list; vLLM's ``prompt`` for one string), ``add_special_tokens`` (default true) and
@@ -49,7 +50,7 @@ from transcoding.http.timing import semantic_timing, trace_id
 from transcoding.semantic import body_schemas
 from transcoding.semantic.openai_codec import InvalidField, error_response, render, wants_msgpack
 from transcoding.semantic.sie_codec import read_request
-from transcoding.semantic.text_calls import Call, model_info, truncation
+from transcoding.semantic.text_calls import Call, model_info, prompt_parameters, truncation
 from transcoding.semantic.token_ids import decode_cl100k, input_items
 
 
@@ -87,9 +88,8 @@ class OpenAiRoutes:
         """``POST /v1/embeddings``: one dense vector per input (see the module docstring)."""
         received = time.perf_counter_ns()
         body = await read_request(request, body_schemas.EMBEDDINGS, self.max_bytes)
-        parameters = {"overflow_policy": "error", **truncation(body.get("truncate"), body.get("truncation_direction"))}
-        if "prompt_name" in body:
-            parameters["prompt_name"] = body["prompt_name"]
+        parameters = {"overflow_policy": "error", **truncation(body.get("truncate"), body.get("truncation_direction")),
+                      **prompt_parameters(body.get("instruction"), body.get("prompt_name"))}
         call = Call(request, {}, [(OutputKind.DENSE, "float32")], parameters)
 
         def dimensions_and_input(name: str, contract: TextContract) -> None:

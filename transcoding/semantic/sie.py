@@ -30,7 +30,7 @@ from transcoding.http.routes import guarded, resolved_model
 from transcoding.http.timing import semantic_timing, trace_id
 from transcoding.semantic import body_schemas
 from transcoding.semantic.sie_codec import error_response, read_request, render
-from transcoding.semantic.text_calls import PRODUCE, Call, truncation
+from transcoding.semantic.text_calls import PRODUCE, Call, prompt_parameters, truncation
 
 
 def sie_error(request: Request, err: Exception) -> Response:
@@ -173,17 +173,13 @@ def _parameters(instruction: str | None, options: dict[str, Any] | None, params:
     Raises:
         InvalidInput: both ``truncate`` and ``options.overflow_policy`` -> 400 INVALID_INPUT.
     """
-    parameters = {}
     params = params or {}
-    if instruction:
-        parameters["instruction"] = instruction
+    parameters = prompt_parameters(instruction, params.get("prompt_name"))
     if options and "overflow_policy" in options:
         if "truncate" in params:
             raise InvalidInput("give params.truncate or params.options.overflow_policy, not both")
         parameters["overflow_policy"] = options["overflow_policy"]
     parameters.update(truncation(params.get("truncate"), params.get("truncation_direction")))
-    if "prompt_name" in params:
-        parameters["prompt_name"] = params["prompt_name"]
     return parameters
 
 

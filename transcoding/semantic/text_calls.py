@@ -94,6 +94,19 @@ def truncation(truncate: bool | str | None, direction: str | None = None) -> dic
     return {"overflow_policy": "truncate_text", "truncation_direction": "left" if left else "right"}
 
 
+def prompt_parameters(instruction: str | None, prompt_name: str | None) -> dict[str, str]:
+    """The V2 request parameters of SIE's ``instruction`` (an empty one is none) and of
+    ``prompt_name``: the text backend puts the instruction, then a space unless it ends in white
+    space, ahead of the model's ``document_prefix`` (or ``query_prefix``, as ``prompt_name`` chooses)
+    and the text. Every route that takes them (``/v1/encode``, ``/v1/embeddings``) reads them here."""
+    parameters = {}
+    if instruction:
+        parameters["instruction"] = instruction
+    if prompt_name is not None:
+        parameters["prompt_name"] = prompt_name
+    return parameters
+
+
 def model_info(info: TextModelInfo) -> dict[str, Any]:
     """SIE's ModelInfo (SIE's HTTP API reference, ``GET /v1/models``): a loaded model's dims from
     its contract; a model that is not loaded shows its backend's outputs and ``dims: {}``."""
