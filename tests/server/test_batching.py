@@ -42,9 +42,12 @@ def batching_server(tmp_path_factory):
     add_model(repository, "gather", _gather_model(),
               "max_batch_size: 8\n" + one + "dynamic_batching { max_queue_delay_microseconds: 300000 }")
     slow = timed_matmul_model(SLOW, BLOCKING, 0.7)
-    for name, policy in (("bounded", "max_queue_size: 8"), ("timeout", "default_timeout_microseconds: 100000"),
-                         ("slow", "")):
-        add_model(repository, name, slow,
+    # "slow" blocks for 3 s: its test's 0.3 s deadline must pass while the batch still runs, even when a
+    # loaded host makes the measured time of a trip wrong by 2x or more
+    for name, policy, model in (("bounded", "max_queue_size: 8", slow),
+                                ("timeout", "default_timeout_microseconds: 100000", slow),
+                                ("slow", "", timed_matmul_model(SLOW, BLOCKING, 3.0))):
+        add_model(repository, name, model,
                   f"max_batch_size: {BLOCKING}\n{one}dynamic_batching {{ default_queue_policy {{ {policy} }} }}")
     server = start_server(repository, tmp_path_factory.mktemp("logs"))
     yield server

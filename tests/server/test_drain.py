@@ -176,6 +176,19 @@ def test_stream_answers_what_it_read_then_ends(tmp_path) -> None:
     assert server.proc.wait(timeout=60) == 0
 
 
+def _wait_idle(process: psutil.Process) -> None:
+    """Until the process spends under 20 ms of CPU in 0.25 s."""
+    def spent() -> float:
+        return sum(process.cpu_times()[:2])
+
+    def idle() -> bool:
+        before = spent()
+        time.sleep(0.25)
+        return spent() - before < 0.02
+
+    wait_until(idle, "the server to be idle")
+
+
 def test_stream_answers_a_message_still_decoding_at_the_drain(tmp_path) -> None:
     # a 20 MB message of 10 million unknown fields takes seconds to decode (a field at a time, on the
     # decode thread pool): SIGTERM while it decodes still answers it, as a message already read
@@ -187,6 +200,7 @@ def test_stream_answers_a_message_still_decoding_at_the_drain(tmp_path) -> None:
     request.raw_input_contents.append(np.arange(4, dtype=np.float32).tobytes())
     message = request.SerializeToString() + b"\x78\x00" * 10_000_000  # field 15, a varint: unknown, skipped
     process = psutil.Process(server.proc.pid)
+    _wait_idle(process)  # what the server does after it says it is ready (lazy imports) is not decoding
     with grpc.insecure_channel(server.url) as channel:
         stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
         before = sum(process.cpu_times()[:2])
