@@ -252,7 +252,8 @@ class App:
             apply: poller.Apply = partial(poller.follow, self.manager)
             if group is not None:  # every replica applies each change, at once
                 apply = partial(_poll_everywhere, group)
-            await poller.poll(apply, repositories, self.settings.repository_poll_secs, before)
+            await poller.poll(apply, repositories, self.settings.repository_poll_secs, before,
+                              self.settings.model_load_thread_count)
 
     async def _start_models(self) -> None:
         if self.state.failure:
@@ -260,7 +261,7 @@ class App:
                       "ready, answering health and metadata", self.state.failure)
             return
         names = self._startup_names()
-        await self.manager.load_startup_models(names)
+        await self.manager.load_startup_models(names, self.settings.model_load_thread_count)
         if names and self.settings.exit_on_error and not self.manager.startup_models_ready():
             # Triton's text ("error: creating server: Internal - failed to load all models"); each model's
             # reason was logged as it failed

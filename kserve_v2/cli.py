@@ -149,6 +149,8 @@ def _parser() -> argparse.ArgumentParser:
         f"(env {ENV_PREFIX}LOAD_MODEL, ','-separated)",
     )
     flag("repository-poll-secs", defaults.repository_poll_secs, "poll mode: seconds between repository scans", type=float)
+    flag("model-load-thread-count", defaults.model_load_thread_count,
+         "models loaded at once, at start and by the poll mode's scans (as Triton)", type=int)
     flag("exit-on-error", defaults.exit_on_error,
          "exit when initialization fails (a model repository that is missing or cannot be read: usage error; a "
          "model that fails to load at startup: exit code 1, as Triton does); false: stay up, a repository that "

@@ -60,16 +60,22 @@ class ModelManager(ModelRecords):
         self._background: set[asyncio.Task[None]] = set()  # retiring versions, loads and unloads left by their callers
         self.step_runner: ensemble.StepRunner | None = None  # the inference call ensemble steps go through
 
-    async def load_startup_models(self, names: list[str]) -> None:
-        """Load the models of the startup set; readiness waits for exactly these."""
+    async def load_startup_models(self, names: list[str], at_once: int = 1) -> None:
+        """Load the models of the startup set, ``at_once`` at a time (Triton's
+        ``--model-load-thread-count``); readiness waits for exactly these."""
         self._startup.update(names)
-        for name in names:
-            if self.is_ready(name, ""):
-                continue  # loaded already, as a step of an ensemble loaded before it
-            try:
-                await self.load(name)
-            except ServerError:
-                continue  # logged by load; the model's versions carry the reason
+        slots = asyncio.Semaphore(at_once)
+
+        async def one(name: str) -> None:
+            async with slots:
+                if self.is_ready(name, ""):
+                    return  # loaded already, as a step of an ensemble loaded before it
+                try:
+                    await self.load(name)
+                except ServerError:
+                    pass  # logged by load; the model's versions carry the reason
+
+        await asyncio.gather(*(one(name) for name in names))
 
     async def load_requested(self, name: str, parameters: Mapping[str, pb.ModelRepositoryParameter]) -> None:
         """RepositoryModelLoad: ``load`` with the request's ``config`` / ``file:`` parameters.
@@ -147,6 +153,9 @@ class ModelManager(ModelRecords):
                 result.error = (f"ensemble '{name}' step {index}: model '{model}' is an ensemble that depends on "
                                 f"'{name}' (circular dependency {' -> '.join((*chain, model))})")
                 return
+            if model in self._locks:  # being loaded meanwhile (models load at once): that load is the one
+                async with self._locked(model):
+                    pass
             if not self.is_ready(model, "") and model in folders:
                 try:
                     await self.load(model, _chain=chain)

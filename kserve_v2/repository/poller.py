@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 
 from kserve_v2.protocol.errors import ServerError
@@ -60,16 +60,31 @@ async def follow(manager: ModelManager, name: str, present: bool) -> None:
 Apply = Callable[[str, bool], Awaitable[None]]
 
 
-async def poll(apply: Apply, repositories: list[Path], interval_secs: float, previous: Snapshot) -> None:
-    """Run forever (until cancelled), applying each change found on disk with ``apply``."""
+async def poll(apply: Apply, repositories: list[Path], interval_secs: float, previous: Snapshot,
+               at_once: int = 1) -> None:
+    """Run forever (until cancelled), applying each change found on disk with ``apply``, up to
+    ``at_once`` of a scan's changes at a time (Triton's ``--model-load-thread-count``)."""
     while True:
         await asyncio.sleep(interval_secs)
         current = await asyncio.to_thread(snapshot, repositories)
+        changes = []
         for name in sorted(current):
             if current[name] != previous.get(name):
                 log.info("poll: model folder '%s' %s", name, "changed" if name in previous else "appeared")
-                await apply(name, True)
+                changes.append((name, True))
         for name in sorted(set(previous) - set(current)):
             log.info("poll: model folder '%s' disappeared", name)
-            await apply(name, False)
+            changes.append((name, False))
+        await at_most(at_once, [apply(name, present) for name, present in changes])
         previous = current
+
+
+async def at_most(count: int, calls: Sequence[Awaitable[None]]) -> None:
+    """Await ``calls``, at most ``count`` of them at a time, in order."""
+    slots = asyncio.Semaphore(count)
+
+    async def one(call: Awaitable[None]) -> None:
+        async with slots:
+            await call
+
+    await asyncio.gather(*(one(call) for call in calls))

@@ -144,6 +144,7 @@ class Settings:
     exit_on_error: bool = True  # false: a repository that cannot be read leaves the server up, not live
     load_models: tuple[str, ...] = ()
     repository_poll_secs: float = 15.0
+    model_load_thread_count: int = 4  # models loaded at once, at start and by the poller (Triton's default)
     strict_readiness: bool = True
     exit_timeout_secs: int = 30
     event_loop: EventLoop = "uvloop"
@@ -171,6 +172,8 @@ class Settings:
             raise ValueError("--load-model needs --model-control-mode explicit")
         if self.repository_poll_secs <= 0:
             raise ValueError("--repository-poll-secs must be > 0")
+        if self.model_load_thread_count < 1:
+            raise ValueError("--model-load-thread-count must be >= 1")
         if self.max_request_decoded_bytes <= 0 or self.request_memory_pool_bytes < self.max_request_decoded_bytes:
             raise ValueError("--max-request-decoded-bytes must be > 0 and at most --request-memory-pool-bytes")
         if self.metrics_interval_ms <= 0:

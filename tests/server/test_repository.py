@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import urllib.request
+from datetime import datetime
 
 import grpc
 import numpy as np
@@ -15,7 +18,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from helpers import add_model, identity_model, make_model, start_server
+from helpers import add_model, identity_model, make_model, slow_loading_model, start_server
 
 
 def _scale_model(factor: float):
@@ -265,3 +268,32 @@ def test_several_repositories_serve_as_one(tmp_path) -> None:
                 client.load_model("twice")
     finally:
         assert explicit.stop() == 0
+
+
+def _load_spans(log: str) -> list[tuple[float, float]]:
+    """(start, end) in seconds of the day of each "loaded model 'slow<i>'" line: its time less its duration."""
+    spans = []
+    for stamp, ms in re.findall(r"(\d\d:\d\d:\d\d,\d{3}) INFO kserve_v2\.repository\.manager: loaded model 'slow\d' "
+                                r"versions \[1\] in ([\d.]+) ms", log):
+        clock = datetime.strptime(stamp, "%H:%M:%S,%f")
+        end = clock.hour * 3600 + clock.minute * 60 + clock.second + clock.microsecond / 1e6
+        spans.append((end - float(ms) / 1000, end))
+    return sorted(spans)
+
+
+def test_model_load_thread_count_loads_startup_models_at_once(tmp_path) -> None:
+    """Triton's --model-load-thread-count (default 4): the startup loads overlap; with 1 they follow one another."""
+    repository = tmp_path / "repo"
+    slow = slow_loading_model()  # ONNX Runtime takes about a second to optimise it
+    for index in range(3):
+        add_model(repository, f"slow{index}", slow)
+    for count in ("1", "4"):
+        server = start_server(repository, tmp_path / count, "--model-load-thread-count", count, timeout=300)
+        log = server.log()
+        assert server.stop() == 0
+        spans = _load_spans(log)
+        assert len(spans) == 3, log
+        if count == "1":  # each starts once the one before has ended (log stamps are to the millisecond)
+            assert all(later[0] >= earlier[1] - 0.005 for earlier, later in itertools.pairwise(spans)), spans
+        else:  # every load began before any ended
+            assert max(start for start, _ in spans) < min(end for _, end in spans), spans
