@@ -21,6 +21,7 @@ TO_GRPC: Final[dict[ErrorCode, grpc.StatusCode]] = {
     ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
     ErrorCode.CANCELLED: grpc.StatusCode.CANCELLED,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
+    ErrorCode.UNKNOWN: grpc.StatusCode.UNKNOWN,
 }
 
 INTERNAL_MESSAGE = "Internal server error"

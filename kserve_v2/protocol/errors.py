@@ -24,6 +24,7 @@ class ErrorCode(enum.Enum):
     DEADLINE_EXCEEDED = "deadline_exceeded"
     CANCELLED = "cancelled"
     INTERNAL = "internal"
+    UNKNOWN = "unknown"
 
 
 # seconds a client is asked to wait before retrying a request turned away for now (HTTP ``Retry-After``)
@@ -102,6 +103,13 @@ class Cancelled(ServerError):
     """Work stopped because every request waiting for it was cancelled (CANCELLED / 499)."""
 
     code = ErrorCode.CANCELLED
+
+
+class Unknown(ServerError):
+    """An error of no other class, as a python model reports it with ``TritonError.UNKNOWN``
+    (UNKNOWN / 400, Triton)."""
+
+    code = ErrorCode.UNKNOWN
 
 
 class InternalError(ServerError):

@@ -19,7 +19,7 @@ from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.backend import Parameter
 from kserve_v2.codec.messages import Buffer, InferRequest, InferResponse, OutputTensor, parameter
 from kserve_v2.codec.responses import encode_head
-from kserve_v2.protocol.datatypes import BYTES
+from kserve_v2.protocol.datatypes import BY_NUMPY, BYTES
 from kserve_v2.protocol.errors import InvalidInput
 from kserve_v2.protocol.model_spec import MAX_MEMO, ModelSpec, TensorSpec
 from kserve_v2.protocol.tensors import as_buffer
@@ -40,7 +40,8 @@ def encode_response(request: InferRequest, spec: ModelSpec, version: int, decode
                     ) -> tuple[InferResponse, list[np.ndarray]]:
     """Build the response: ``outputs[i]`` described in ``decoded.outputs`` and carried in
     ``raw_output_contents[i]`` (a view of the array's buffer), or written into its shared memory
-    region; ``parameters``: the response's own parameters, if any.
+    region; ``parameters``: the response's own parameters, if any. An output whose array has another
+    numpy type than the declared one is described with its array's datatype (``_retyped``).
 
     Returns:
         (response, the output arrays in the shapes the response gives). With ``raw`` false the
@@ -66,7 +67,10 @@ def encode_response(request: InferRequest, spec: ModelSpec, version: int, decode
             if count is not None:
                 shaped[i] = classification.classify(shaped[i], count, spec.max_batch_size > 0, tensor.labels)
                 outputs[i] = replace(tensor, dtype=BYTES, reshape=None)
-    head, described = _description(spec, version, decoded, outputs, shaped)
+    retyped = _retyped(outputs, shaped)
+    if retyped is not None:
+        outputs = retyped
+    head, described = _description(spec, version, decoded, outputs, shaped, retyped is not None)
     response = InferResponse(spec.name, str(version), request.id,
                              {key: parameter(value) for key, value in parameters.items()} if parameters else None,
                              described, None, head)
@@ -88,13 +92,33 @@ def encode_response(request: InferRequest, spec: ModelSpec, version: int, decode
     return response, shaped
 
 
+def _retyped(outputs: Sequence[TensorSpec], arrays: Sequence[np.ndarray]) -> list[TensorSpec] | None:
+    """The outputs, each with its array's datatype where the backend gave another numpy type than the
+    declared one (a python model may: Triton answers with the datatype the model produced); None
+    when every array has its declared type (BYTES: any object, bytes or str array)."""
+    retyped: list[TensorSpec] | None = None
+    for i, (tensor, array) in enumerate(zip(outputs, arrays, strict=True)):
+        if array.dtype == tensor.dtype.numpy or (tensor.dtype is BYTES and array.dtype.kind in "OSU"):
+            continue
+        found = BYTES if array.dtype.kind in "OSU" else BY_NUMPY.get(
+            array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype)
+        if found is None or found is tensor.dtype:
+            continue
+        if retyped is None:
+            retyped = list(outputs)
+        retyped[i] = replace(tensor, dtype=found)
+    return retyped
+
+
 def _description(spec: ModelSpec, version: int, decoded: DecodedRequest, outputs: Sequence[TensorSpec],
-                 arrays: list[np.ndarray]) -> tuple[bytes, tuple[OutputTensor, ...]]:
+                 arrays: list[np.ndarray], retyped: bool = False) -> tuple[bytes, tuple[OutputTensor, ...]]:
     """The response's model, version and outputs (each one's name, datatype and shape), encoded and
     as objects (kept in ``spec.responses``, at most ``MAX_MEMO``)."""
     key: Hashable = (version, decoded.output_names, tuple([array.shape for array in arrays]))
     if decoded.classes:
         key = (key, tuple(decoded.classes))
+    if retyped:
+        key = (key, tuple([tensor.dtype.v2 for tensor in outputs]))
     described: tuple[bytes, tuple[OutputTensor, ...]] | None = spec.responses.get(key)
     if described is None:
         tensors = tuple(OutputTensor(tensor.name, tensor.dtype.v2, array.shape)

@@ -111,12 +111,13 @@ async def stream_responses(run: Run, request: InferRequest, model: ModelVersion)
             index += item.response is not None or item.error is not None
             yield item
     finally:
+        if not final:  # the caller went away: the model sees the request cancelled (also from a thread it started)
+            stream.cancel()
         if not task.done():
             if final:
                 _finishing.add(task)  # answered: let the execution return and be counted
                 task.add_done_callback(_finishing.discard)
-            else:  # the caller went away: the model sees the request cancelled
-                stream.cancel()
+            else:
                 task.cancel()
 
 

@@ -26,6 +26,7 @@ TO_HTTP: Final[dict[ErrorCode, int]] = {
     ErrorCode.DEADLINE_EXCEEDED: 504,
     ErrorCode.CANCELLED: 499,
     ErrorCode.INTERNAL: 500,
+    ErrorCode.UNKNOWN: 400,
 }
 
 

@@ -6,6 +6,7 @@ instance thread, the requests' senders, and ``PythonBatching`` for the dynamic b
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import logging
 import queue
@@ -20,10 +21,10 @@ import numpy as np
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext
 from kserve_v2.backend.cancellation import current
-from kserve_v2.backend.decoupled import ResponseStream
+from kserve_v2.backend.decoupled import CLOSED, ResponseStream
 from kserve_v2.backend.text import TextContract
 from kserve_v2.protocol import datatypes
-from kserve_v2.protocol.errors import InternalError, ServerError
+from kserve_v2.protocol.errors import Cancelled, InternalError, ServerError
 from kserve_v2.protocol.model_spec import TensorDeclaration
 from kserve_v2.runtime.python import pb_utils
 from kserve_v2.runtime.python.config import config_json
@@ -34,17 +35,26 @@ log = logging.getLogger(__name__)
 # request parameters that Triton gives the model as its correlation id and flags, or keeps for itself
 _NOT_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout")
 _KINDS = {mc.ModelInstanceGroup.KIND_GPU: "GPU", mc.ModelInstanceGroup.KIND_MODEL: "MODEL"}
+# Triton's ResponseSender texts (python_backend src/response_sender.cc)
+MORE_THAN_ONE = "Unable to send response. Non-decoupled model cannot send more than one response."
+FINAL_FIRST = "Unable to send response. Non-decoupled model cannot send complete final before sending a response."
 
 
 def text_of(err: BaseException) -> str:
     """An exception as model code's errors are reported: its type and message (never a traceback)."""
+    if isinstance(err, _Exited) and isinstance(err.__cause__, SystemExit):
+        err = err.__cause__
     return f"{type(err).__name__}: {err}"
+
+
+class _Exited(Exception):
+    """A ``SystemExit`` that model code raised on its instance's event loop, which must go on running."""
 
 
 @contextmanager
 def running_as(now: Running) -> Iterator[None]:
     """Model code runs as ``now`` (``pb_utils.get_model_dir``, its BLS calls) within the block."""
-    token = RUNNING.set(now)
+    token = pb_utils.enter(now)
     try:
         yield
     finally:
@@ -95,8 +105,7 @@ class PythonModel:
         self._dtypes = {t.name: t.dtype for t in self.outputs}
         self._free: queue.SimpleQueue[tuple[Any, str]] = queue.SimpleQueue()
         self._instances: list[tuple[Any, str]] = []
-        self._loops: list[asyncio.AbstractEventLoop] = []
-        self._local = threading.local()
+        self._loops: dict[str, asyncio.AbstractEventLoop] = {}
         text = config_json(config)
         for group in config.instance_group:
             for index in range(group.count):
@@ -110,7 +119,7 @@ class PythonModel:
                     try:
                         if hasattr(instance, "initialize"):
                             instance.initialize(args)
-                    except Exception as err:  # noqa: BLE001 - the load failure reason
+                    except (Exception, SystemExit) as err:  # noqa: BLE001 - the load failure reason
                         self.close()
                         raise ValueError(f"python model '{config.name}' instance '{instance_name}' failed to "
                                          f"initialize: {text_of(err)}") from None
@@ -142,28 +151,54 @@ class PythonModel:
         calls = next((c.calls for c in contexts if c.calls is not None), None)
         instance, instance_name = self._free.get()
         try:
-            with running_as(Running(self._folder, calls, callers)):
+            now = Running(self._folder, calls, callers)
+            with running_as(now):
                 returned = instance.execute(requests)
-                if inspect.iscoroutine(returned):
-                    returned = self._loop().run_until_complete(returned)
+            if inspect.iscoroutine(returned):
+                returned = self._run_coroutine(_as(now, returned), instance_name, answers)
             if self.decoupled and returned is not None:
                 raise TritonModelException(f"Python model '{instance_name}' is using the decoupled mode and the "
                                            "execute function must return None.")
             if not self.decoupled and returned is not None:
                 _check_returned(returned, len(requests))
-        except Exception as err:  # noqa: BLE001 - the execution's requests fail; the model serves on
+        except (Exception, SystemExit) as err:  # noqa: BLE001 - the execution's requests fail; the model serves on
             log.error("python model '%s' failed to execute", instance_name, exc_info=err)
             failure = InternalError(f"Failed to process the request(s) for model '{instance_name}', message: "
                                     f"{text_of(err)}")
             for answer in answers:
                 answer.fail(failure)
-            return [failure] * len(members)
+            # a request already answered through its sender keeps that answer (Triton sent it already)
+            return [failure if answer.response is None else self._share(answer.response, output_names, i == 0)
+                    for i, answer in enumerate(answers)]
         finally:
             self._free.put((instance, instance_name))
         if self.decoupled:
             return [Execution([], executions=int(i == 0)) for i in range(len(members))]
-        responses = returned if returned is not None else [answer.response for answer in answers]
-        return [self._share(response, output_names, i == 0) for i, response in enumerate(responses)]
+        given = returned if returned is not None else [None] * len(answers)
+        return [self._share(answer.answer(response, instance_name), output_names, i == 0)
+                for i, (answer, response) in enumerate(zip(answers, given, strict=True))]
+
+    def _run_coroutine(self, coroutine: Any, instance_name: str, answers: list[_Answer]) -> Any:
+        """Run an ``async def execute`` on the instance's event loop, which runs on a thread of its own
+        for as long as the version is loaded (Triton's stub: the tasks it starts go on after it returns).
+        A decoupled model's execute runs in the background: the instance is free at once, and its
+        executes overlap (Triton's python backend); an exception in it is logged and fails the requests
+        still open. A model answered once waits for it."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop(instance_name))
+        if not self.decoupled:
+            return future.result()
+
+        def done(finished: concurrent.futures.Future[Any]) -> None:
+            err = None if finished.cancelled() else finished.exception()
+            if err is not None:
+                log.error("python model '%s' failed to execute", instance_name, exc_info=err)
+                failure = InternalError(f"Failed to process the request(s) for model '{instance_name}', message: "
+                                        f"{text_of(err)}")
+                for answer in answers:
+                    answer.fail(failure)
+
+        future.add_done_callback(done)
+        return None
 
     def _request(self, feeds: dict[str, np.ndarray], output_names: Sequence[str], context: RequestContext,
                  answer: _Answer) -> pb_utils.InferenceRequest:
@@ -180,47 +215,30 @@ class PythonModel:
         return received(context.id, corrid, flags, parameters, inputs, output_names, sender, answer.cancelled)
 
     def outputs_of(self, response: InferenceResponse) -> dict[str, np.ndarray]:
-        """A response's outputs by name, those of the configuration only, each checked for its datatype.
-
-        Raises:
-            InternalError: an output whose datatype is not the configured one.
-        """
-        outputs = {}
-        for tensor in response.output_tensors():
-            expected = self._dtypes.get(tensor.name())
-            if expected is None:
-                continue
-            array = tensor.as_numpy()
-            if tensor.dtype is not expected:
-                if array.size:  # an empty array has no values to lose: it takes the configured type
-                    raise InternalError(f"python model '{self.name}' returned output '{tensor.name()}' as "
-                                        f"{tensor.dtype.v2}, but its configuration declares {expected.config}")
-                array = array.astype(expected.numpy)
-            outputs[tensor.name()] = array
-        return outputs
+        """A response's outputs by name, those of the configuration only, each as the model made it:
+        an output whose numpy type is not the configured one is answered with the model's datatype
+        (Triton's python backend sends the tensor's own datatype; its core does not check it)."""
+        return {tensor.name(): tensor.as_numpy() for tensor in response.output_tensors() if tensor.name() in self._dtypes}
 
     def _share(self, response: Any, output_names: Sequence[str], first: bool) -> Execution | Exception:
-        """One member's execution from the response the model gave it."""
-        if response is None:
-            return InternalError(f"python model '{self.name}' gave a request no response")
+        """One member's execution from the response the model gave it (or the error it waited into)."""
+        if isinstance(response, ServerError):
+            return response
         error: TritonError | None = response.error()
         if error is not None:
             return error.as_server_error()
-        try:
-            outputs = self.outputs_of(response)
-        except ServerError as err:
-            return err
+        outputs = self.outputs_of(response)
         missing = [name for name in output_names if name not in outputs]
         if missing:
             return InternalError(f"python model '{self.name}' gave no output {missing[0]!r}, which the request asks for")
         return Execution([outputs[name] for name in output_names], executions=int(first))
 
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        """This instance thread's event loop for ``async def execute``."""
-        loop: asyncio.AbstractEventLoop | None = getattr(self._local, "loop", None)
+    def _loop(self, instance_name: str) -> asyncio.AbstractEventLoop:
+        """The instance's event loop for ``async def execute``, started on its own daemon thread."""
+        loop = self._loops.get(instance_name)
         if loop is None:
-            loop = self._local.loop = asyncio.new_event_loop()
-            self._loops.append(loop)
+            loop = self._loops[instance_name] = asyncio.new_event_loop()
+            threading.Thread(target=_serve, args=(loop,), name=f"python-{instance_name}-loop", daemon=True).start()
         return loop
 
     def close(self) -> None:
@@ -230,11 +248,30 @@ class PythonModel:
                 if hasattr(instance, "finalize"):
                     try:
                         instance.finalize()
-                    except Exception as err:  # noqa: BLE001 - unloading goes on
+                    except (Exception, SystemExit) as err:  # noqa: BLE001 - unloading goes on
                         log.error("finalize of python model '%s' failed", instance_name, exc_info=err)
         self._instances.clear()
-        for loop in self._loops:
-            loop.close()
+        for loop in self._loops.values():
+            loop.call_soon_threadsafe(loop.stop)
+        self._loops.clear()
+
+
+async def _as(now: Running, coroutine: Any) -> Any:
+    """``coroutine`` awaited as model code running as ``now`` (in its task's context, and the tasks it starts)."""
+    pb_utils.enter(now)
+    try:
+        return await coroutine
+    except SystemExit as err:  # it would stop the loop: it fails the execution instead
+        raise _Exited(str(err)) from err
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """Run an instance's event loop until the version unloads (``PythonModel.close`` stops it)."""
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
 
 
 def _check_returned(returned: Any, count: int) -> None:
@@ -256,8 +293,10 @@ def _check_returned(returned: Any, count: int) -> None:
 
 
 class _Answer:
-    """Where one request's responses go: its response stream (a decoupled model), or the one response
-    a model answered once may send through the sender instead of returning it."""
+    """Where one request's responses go: its response stream (a decoupled model), or, for a model
+    answered once, the one response it returns or sends through the sender instead (during execute
+    or after it returned, from a thread or task it started), with the rules of Triton's
+    ``ResponseSender``: a second response, or the final flag before any response, is refused."""
 
     def __init__(self, model: PythonModel, context: RequestContext) -> None:
         self._model = model
@@ -266,31 +305,68 @@ class _Answer:
             self._stream.take()
         self._cancellation = current()
         self.response: InferenceResponse | None = None
-        self._final = False
+        self._sent = 0  # sends so far, a final flag alone included (Triton's count)
+        self._closed = False
+        self._lock = threading.Lock()
+        self._arrived = threading.Event()
 
     def send(self, response: InferenceResponse | None, final: bool) -> None:
         stream = self._stream
         if stream is None:
-            if not self._model.decoupled and (self._final or (response is not None and self.response is not None)):
-                raise TritonModelException("Non-decoupled model cannot send more than one response")
             if self._model.decoupled:
                 raise TritonModelException("this request has no response stream (a decoupled model's requests come "
                                            "through ModelStreamInfer, generate_stream or a decoupled BLS call)")
-            self.response, self._final = response or self.response, final
+            with self._lock:
+                if response is not None and self._sent:
+                    raise TritonModelException(MORE_THAN_ONE)
+                if response is None and final and not self._sent:
+                    raise TritonModelException(FINAL_FIRST)
+                if self._closed:
+                    raise TritonModelException(CLOSED)
+                self._closed, self._sent = final, self._sent + 1
+                if response is not None:
+                    self.response = response
+            self._arrived.set()
             return
         if stream.closed:
-            raise TritonModelException("Unable to send response. Response sender has been closed.")
+            raise TritonModelException(CLOSED)
         error = response.error() if response is not None else None
         if response is None:
             stream.send(None, None, final)
         elif error is not None:
             stream.send(None, error.as_server_error(), final)
         else:
-            try:
-                outputs = self._model.outputs_of(response)
-            except ServerError as err:
-                raise TritonModelException(str(err)) from None
-            stream.send(outputs, None, final)
+            stream.send(self._model.outputs_of(response), None, final)
+
+    def answer(self, returned: InferenceResponse | None, instance_name: str) -> InferenceResponse | ServerError:
+        """The request's one response once execute returned ``returned`` for it: a response sent
+        through the sender wins (a returned one is then dropped, as Triton's frontend drops it);
+        with none of either, wait for the sender (a thread or task the model started answers after
+        execute returned), until the request is cancelled."""
+        with self._lock:
+            if self.response is not None:
+                if returned is not None:
+                    log.error("python model '%s': %s (the response returned by execute is dropped)", instance_name,
+                              MORE_THAN_ONE)
+                return self.response
+            if returned is not None:
+                self._closed, self._sent = True, self._sent + 1
+                return returned
+        cancellation = self._cancellation
+        if cancellation is not None:
+            cancellation.on_cancel(self._arrived.set)
+        while True:
+            response = self._received()
+            if response is not None:
+                return response
+            if self.cancelled():
+                return Cancelled("the request was cancelled before the model sent its response")
+            self._arrived.wait()
+            self._arrived.clear()
+
+    def _received(self) -> InferenceResponse | None:
+        """The response sent so far (another thread may send it at any time)."""
+        return self.response
 
     def cancelled(self) -> bool:
         if self._stream is not None:

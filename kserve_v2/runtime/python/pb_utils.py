@@ -16,7 +16,7 @@ import logging
 import queue
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,9 +65,19 @@ class Running:
     callers: tuple[str, ...]
 
 
-# set by the backend around initialize, execute and finalize (threads a model starts see the last one)
+# set by the backend around initialize, execute and finalize (threads a model starts see the last execute)
 RUNNING: ContextVar[Running | None] = ContextVar("kserve_v2_python_running", default=None)
 _last: list[Running] = []
+# Triton's text for a BLS request outside execute (python_backend src/infer_request.cc)
+BLS_OUTSIDE_EXECUTE = "BLS is only supported during the 'execute' function."
+
+
+def enter(now: Running) -> Token[Running | None]:
+    """Model code runs as ``now`` from here (``RUNNING``; reset it with the token). An execute's
+    ``Running`` (one with the server's calls) is also what threads the model starts run as."""
+    if now.calls is not None:
+        _last[:] = [now]
+    return RUNNING.set(now)
 
 
 def running() -> Running:
@@ -78,7 +88,6 @@ def running() -> Running:
     """
     current = RUNNING.get()
     if current is not None:
-        _last[:] = [current]
         return current
     if not _last:
         raise TritonModelException("no python model is executing: this call is only available inside a model")
@@ -86,8 +95,10 @@ def running() -> Running:
 
 
 class InferenceResponseSender:
-    """Sends a request's responses (Triton's decoupled API; a model answered once may send its one
-    final response here too). ``send`` hands them to ``deliver`` of the backend."""
+    """Sends a request's responses (Triton's decoupled API), from execute or any thread or task after
+    it. A model answered once may send its one response here instead of returning it (Triton's
+    rules: a second response, or the final flag before any response, raises; a response sent wins
+    over one execute returns). ``send`` hands them to ``deliver`` of the backend."""
 
     def __init__(self, deliver: Callable[[InferenceResponse | None, bool], None], cancelled: Callable[[], bool]) -> None:
         self._deliver = deliver
@@ -99,24 +110,38 @@ class InferenceResponseSender:
 
         Raises:
             TritonModelException: after the final flag ("Unable to send response. Response sender
-                has been closed."), or an output the configuration does not allow.
+                has been closed."); in a model answered once, a second response ("Unable to send
+                response. Non-decoupled model cannot send more than one response.") or the final
+                flag before any response ("... cannot send complete final before sending a response.").
         """
         if response is not None and not isinstance(response, InferenceResponse):
             raise TritonModelException(f"Expected an 'InferenceResponse' object, found type '{type(response).__name__}'.")
         self._deliver(response, bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL))
 
     def is_cancelled(self) -> bool:
+        """Whether the request was cancelled (its caller went away, e.g. a gRPC stream cancelled),
+        also after execute returned."""
         return self._cancelled()
 
 
 class InferenceRequest:
     """A request: one the model receives (in ``execute``), or one it sends to another model
-    (business logic scripting: ``exec``, ``async_exec``)."""
+    (business logic scripting: ``exec``, ``async_exec``).
 
-    def __init__(self, request_id: str = "", correlation_id: int | str = 0, inputs: Sequence[Tensor] = (),
-                 requested_output_names: Sequence[str] = (), model_name: str = "", model_version: int = -1,
-                 flags: int = 0, timeout: int = 0, preferred_memory: PreferredMemory | None = None,
-                 trace: Any = None, parameters: dict[str, Parameter] | str | None = None) -> None:
+    ``request_id`` and ``model_name`` may be ``str`` or UTF-8 ``bytes`` (as Triton's binding takes
+    them, e.g. a model name read from a BYTES tensor), and ``requested_output_names`` either too.
+
+    Raises:
+        TritonModelException: a correlation id that is neither int nor str; parameters whose keys
+            are not str or whose values are not bool, int or str.
+    """
+
+    def __init__(self, request_id: str | bytes = "", correlation_id: int | str = 0, inputs: Sequence[Tensor] = (),
+                 requested_output_names: Sequence[str | bytes] = (), model_name: str | bytes = "",
+                 model_version: int = -1, flags: int = 0, timeout: int = 0,
+                 preferred_memory: PreferredMemory | None = None, trace: Any = None,
+                 parameters: dict[str, Parameter] | str | None = None) -> None:
+        request_id, model_name = _text(request_id), _text(model_name)
         if not isinstance(correlation_id, int | str):
             raise TritonModelException("Correlation ID must be integer or string")
         given: dict[str, Parameter] = json.loads(parameters) if isinstance(parameters, str) else dict(parameters or {})
@@ -127,7 +152,7 @@ class InferenceRequest:
                 raise TritonModelException(f"Expect parameters values to have type bool/int/str, found type {type(value)}")
         self._id, self._correlation_id, self._flags, self._timeout = request_id, correlation_id, flags, timeout
         self._inputs = list(inputs)
-        self._outputs = list(requested_output_names)
+        self._outputs = [_text(name) for name in requested_output_names]
         self._model_name, self._model_version = model_name, model_version
         self._parameters = given
         self._sender: InferenceResponseSender | None = None
@@ -215,11 +240,16 @@ class InferenceRequest:
         models already on the calling chain (the depth guard's input).
 
         Raises:
-            TritonModelException: outside a request that came through the server (no local calls).
+            TritonModelException: in ``initialize``, ``auto_complete_config`` or ``finalize``, or in a
+                thread before the model executed a request (Triton's text: "BLS is only supported
+                during the 'execute' function."). Threads the model started may send after execute
+                returned, as in Triton.
         """
-        now = running()
-        if now.calls is None:
-            raise TritonModelException("business logic scripting needs a request that came through the server")
+        now = RUNNING.get()
+        if now is None:  # a thread the model started: it runs as the last execute
+            now = _last[0] if _last else None
+        if now is None or now.calls is None:
+            raise TritonModelException(BLS_OUTSIDE_EXECUTE)
         return now.calls, self._message(), now.callers
 
     def _message(self) -> InferRequest:
@@ -238,6 +268,11 @@ class InferenceRequest:
         for tensor in self._inputs:
             add_input(message, tensor)
         return message
+
+
+def _text(value: str | bytes) -> str:
+    """A name given as ``str`` or UTF-8 ``bytes`` (pybind11's ``std::string`` takes both), as ``str``."""
+    return value.decode("utf-8") if isinstance(value, bytes | bytearray) else value
 
 
 def received(request_id: str, correlation_id: int | str, flags: int, parameters: dict[str, Parameter],

@@ -14,8 +14,8 @@ import numpy as np
 from kserve_v2.codec.messages import InferRequest, InferResponse, InputTensor
 from kserve_v2.protocol import datatypes
 from kserve_v2.protocol.datatypes import BYTES, DType
-from kserve_v2.protocol.errors import (AlreadyExists, Cancelled, ErrorCode, InternalError, InvalidInput, NotFound, ServerError,
-                              Unavailable, Unsupported)
+from kserve_v2.protocol.errors import (AlreadyExists, Cancelled, ErrorCode, InternalError, InvalidInput, NotFound,
+                                       ServerError, Unavailable, Unknown, Unsupported)
 from kserve_v2.protocol.tensors import from_raw, to_raw
 
 # Triton's TRITONSERVER_DataType numbers are the positions in this tuple (triton_to_numpy_type)
@@ -28,11 +28,19 @@ class TritonModelException(Exception):
 
 
 class TritonError:
-    """A response's error: a message and one of Triton's error codes (``TritonError.INTERNAL``, ...)."""
+    """A response's error: a message and one of Triton's error codes (``TritonError.INTERNAL``, ...; the
+    numbers of ``TRITONSERVER_Error_Code``).
+
+    A client sees each code as Triton's server reports it (``src/grpc/grpc_utils.cc`` and
+    ``HttpCodeFromError`` in triton-inference-server/server): UNKNOWN -> UNKNOWN / 400, INTERNAL ->
+    INTERNAL / 500, NOT_FOUND -> NOT_FOUND / 404, INVALID_ARG -> INVALID_ARGUMENT / 400, UNAVAILABLE ->
+    UNAVAILABLE / 503, UNSUPPORTED -> UNIMPLEMENTED / 501, ALREADY_EXISTS -> ALREADY_EXISTS / 400,
+    CANCELLED -> CANCELLED / 499 (Triton: 400); a code outside these is UNKNOWN, as in Triton.
+    """
 
     UNKNOWN, INTERNAL, NOT_FOUND, INVALID_ARG, UNAVAILABLE, UNSUPPORTED, ALREADY_EXISTS, CANCELLED = range(8)
     # the server's error class of each code
-    _CLASSES: tuple[type[ServerError], ...] = (InternalError, InternalError, NotFound, InvalidInput, Unavailable,
+    _CLASSES: tuple[type[ServerError], ...] = (Unknown, InternalError, NotFound, InvalidInput, Unavailable,
                                                Unsupported, AlreadyExists, Cancelled)
 
     def __init__(self, message: str, code: int = 1) -> None:
@@ -52,7 +60,7 @@ class TritonError:
     def of(cls, err: BaseException) -> TritonError:
         """The error a failed request gives a model that sent it."""
         code = err.code if isinstance(err, ServerError) else ErrorCode.INTERNAL
-        codes = {ErrorCode.NOT_FOUND: cls.NOT_FOUND, ErrorCode.INVALID_ARGUMENT: cls.INVALID_ARG,
+        codes = {ErrorCode.UNKNOWN: cls.UNKNOWN, ErrorCode.NOT_FOUND: cls.NOT_FOUND, ErrorCode.INVALID_ARGUMENT: cls.INVALID_ARG,
                  ErrorCode.UNAVAILABLE: cls.UNAVAILABLE, ErrorCode.UNIMPLEMENTED: cls.UNSUPPORTED,
                  ErrorCode.ALREADY_EXISTS: cls.ALREADY_EXISTS, ErrorCode.CANCELLED: cls.CANCELLED}
         return cls(str(err) if isinstance(err, ServerError) else f"{type(err).__name__}: {err}",
