@@ -83,6 +83,10 @@ class Pending:
         batch_size: its size in the batch limit (the dynamic batcher's).
         start, end: its sequence flags (the sequence batcher's).
         context: its id, callers and response stream, for the backend.
+        priority: its priority level (the dynamic batcher's; lower runs first).
+        deadline_ns: when its queue policy's timeout expires (``time.perf_counter_ns``; 0: never).
+        released: set when every request dispatched before it has its outcome (the dynamic batcher's
+            ``preserve_ordering``); None when its answer need not wait for others.
     """
 
     feeds: Feeds
@@ -95,6 +99,9 @@ class Pending:
     start: bool = False
     end: bool = False
     context: RequestContext = NO_CONTEXT
+    priority: int = 0
+    deadline_ns: int = 0
+    released: asyncio.Future[None] | None = field(default=None, repr=False)
 
 
 def fail_pending(requests: Iterable[Pending], error: BaseException | None = None) -> None:
