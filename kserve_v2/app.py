@@ -41,6 +41,7 @@ from kserve_v2.request.offload import Offload
 from kserve_v2.request.shared_memory import SharedMemoryRegistry
 from kserve_v2.runtime.device import cuda_device_count
 from kserve_v2.service.inference_service import InferenceService, ServerState
+from kserve_v2.service.response_cache import ResponseCache
 from kserve_v2.settings.restrictions import parse_restrictions
 from kserve_v2.settings.server import Settings
 from kserve_v2.workers.replicas import Call, ReplicaGroup, ReplicaState
@@ -97,7 +98,12 @@ class App:
         self.offload = Offload()  # the decode threads and the JSON worker process, for gRPC and REST alike
         service_args = (self.manager, self.state, settings.server_name, settings.model_control_mode, metrics,
                         self.tracing, memory, logs, budget, self.offload)
-        self.service = InferenceService(*service_args) if group is None else ReplicatedService(group, *service_args)
+        # Triton's response cache (--cache-config), one per replica
+        cache = ResponseCache(settings.cache_config.size) if settings.cache_config is not None else None
+        if cache is not None and registry is not None:
+            registry.register(cache)
+        self.service = (InferenceService(*service_args, cache=cache) if group is None
+                        else ReplicatedService(group, *service_args, cache=cache))
         self.server, self.health, self.servicer, self.grpc_port = build_server(self.service, settings,
                                                                                 reuse_port=group is not None)
         self.http: HttpServer | None = None

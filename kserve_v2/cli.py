@@ -31,7 +31,10 @@ from kserve_v2 import __version__
 from kserve_v2.host.allocator import huge_page_environment, this_host
 from kserve_v2.host.cpus import usable_cpus
 from kserve_v2.observability.log_settings import log_to_stderr
+from kserve_v2.scheduling import rate_limiter
+from kserve_v2.settings.cache_config import parse_cache_config
 from kserve_v2.settings.metrics_config import MetricsConfig, parse_metrics_config
+from kserve_v2.settings.rate_limit import RATE_LIMIT_MODES, parse_rate_limit_resource
 from kserve_v2.settings.restrictions import GROUPS
 from kserve_v2.workers.replicas import ReplicaGroup
 from kserve_v2.settings.server import (CONTROL_MODES, EVENT_LOOPS, LOG_FORMATS, TOKEN_ID_MODES, GrpcSettings, HttpSettings,
@@ -41,7 +44,8 @@ from kserve_v2.workers.supervisor import Supervisor, reserve_ports
 
 ENV_PREFIX = "KSERVE_V2_"
 # Settings fields that are not one flag each: they are built from several flags (see _settings)
-_GROUPED = {"model_repositories", "load_models", "metrics_config", "trace_config", "grpc", "http"}
+_GROUPED = {"model_repositories", "load_models", "metrics_config", "trace_config", "grpc", "http", "rate_limit_resources",
+            "cache_config"}
 # Triton's spellings: the `tritonserver` command runs `serve`; `--model-store` is `--model-repository`.
 TRITON_ALIASES = {"serve": ["tritonserver"], "--model-repository": ["--model-store"]}
 # Triton's switches for what this server always does (or never does): only that value is accepted.
@@ -158,6 +162,26 @@ def _parser() -> argparse.ArgumentParser:
          type=_bool)
     flag("strict-readiness", defaults.strict_readiness,
          "ready only when every startup model is READY (false: ready once startup ends)", type=_bool)
+    flag("rate-limit", defaults.rate_limit,
+         "'off': an instance executes as soon as it is free, its instance group's rate_limiter ignored; "
+         "'execution_count': also once the resources its rate_limiter lists are free, the least executed "
+         "instance (times its priority) first (Triton's rate limiter)", type=str.lower, choices=RATE_LIMIT_MODES)
+    resources_env = os.environ.get(ENV_PREFIX + "RATE_LIMIT_RESOURCE")
+    serve.add_argument(
+        "--rate-limit-resource", action="append", dest="rate_limit_resources", metavar="<name>:<count>[:<device>]",
+        default=resources_env.split(",") if resources_env else None,
+        help="copies of a rate limiter resource, on <device> or on each device (repeat); by default the most any "
+        f"loaded instance needs (env {ENV_PREFIX}RATE_LIMIT_RESOURCE, ','-separated)",
+    )
+    cache_env = os.environ.get(ENV_PREFIX + "CACHE_CONFIG")
+    serve.add_argument(
+        "--cache-config", action="append", metavar="<cache>,<setting>=<value>",
+        default=cache_env.split(";") if cache_env else None,
+        help="the response cache, for models whose config has response_cache { enable: true }: 'local,size=<bytes>' "
+        f"(Triton's local cache; repeat for more settings; env {ENV_PREFIX}CACHE_CONFIG, ';'-separated)")
+    flag("cache-directory", defaults.cache_directory, "where Triton looks for cache libraries (the 'local' cache is "
+         "built in; another cache name fails, naming this folder)")
+    flag("response-cache-byte-size", None, "DEPRECATED: --cache-config local,size=<bytes>", type=int)
     flag("workers", str(defaults.workers),
          "replica processes serving the same ports, each a whole server with its own models ('auto': the CPUs "
          "this process may use, cgroup-aware); model control, settings and statistics act as one server",
@@ -276,8 +300,11 @@ def _settings(args: argparse.Namespace, repositories: tuple[Path, ...], metrics_
                         args.http_keepalive_timeout_secs, args.http_max_connections, args.http_max_header_size,
                         args.http_max_chunks, tuple(args.http_restricted_api or ()), origins, _tls(args, "http"))
     flat = {f.name: getattr(args, f.name) for f in fields(Settings) if f.name not in _GROUPED}
+    resources = tuple(parse_rate_limit_resource(r) for r in args.rate_limit_resources or ())
+    cache = parse_cache_config(args.cache_config or (), args.cache_directory, args.response_cache_byte_size)
     return Settings(model_repositories=repositories, load_models=tuple(args.load_model or ()),
-                    metrics_config=metrics_config, trace_config=trace_config, grpc=grpc, http=http, **flat)
+                    metrics_config=metrics_config, trace_config=trace_config, grpc=grpc, http=http,
+                    rate_limit_resources=resources, cache_config=cache, **flat)
 
 
 def _tls(args: argparse.Namespace, proto: str) -> TlsSettings:
@@ -336,6 +363,7 @@ def _start_with_huge_pages() -> None:
 async def _serve(settings: Settings, group: ReplicaGroup | None = None) -> int:
     from kserve_v2.app import App  # after logging is configured; grpc.aio needs the running loop
 
+    rate_limiter.configure(settings.rate_limit, settings.rate_limit_resources)  # before any model loads
     try:
         app = App(settings, group)
     except RuntimeError as err:

@@ -8,17 +8,20 @@ of them does not parse), as Triton's ``TritonModel::SetConfiguredScheduler`` pic
 ``sequence_batching`` -> ``SequenceBatcher``; ``dynamic_batching`` with a batch limit -> the
 ``DynamicBatcher``, merging as the backend's ``BatchStrategy`` says (rows along dim 0 with
 ``max_batch_size > 0``, or a text backend's texts); otherwise -> ``DirectScheduler``. An
-ensemble's ``EnsembleScheduler`` is built by the model manager once its steps are loaded.
+ensemble's ``EnsembleScheduler`` is built by the model manager once its steps are loaded. A version
+is warmed up (``model_warmup``, ``kserve_v2.models.warmup``) before it is handed out to serve.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from pathlib import Path
 
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Executable
 from kserve_v2.backend.text import TextContract
+from kserve_v2.models.warmup import warm_up
 from kserve_v2.protocol.model_spec import ModelSpec
 from kserve_v2.protocol.statistics import ModelStats
 from kserve_v2.scheduling.base import DirectScheduler, Scheduler
@@ -84,17 +87,24 @@ class ModelVersion:
 
 def open_version(name: str, version: int, config: mc.ModelConfig, executable: Executable,
                  sequence: SequenceSettings | None = None,
-                 labels: Mapping[str, tuple[str, ...]] | None = None) -> ModelVersion:
+                 labels: Mapping[str, tuple[str, ...]] | None = None, model_dir: Path | None = None) -> ModelVersion:
     """A version of a model its backend opened, with the scheduler its configuration picks (see the
-    module docstring) and its instances (the instance group count).
+    module docstring) and its instances (the instance group count), warmed up: each instance has run
+    the configuration's ``model_warmup`` samples (``kserve_v2.models.warmup``), counted in its statistics.
 
     Args:
         name, version, config: the version and its completed configuration.
         executable: what the backend opened.
         sequence: the checked ``sequence_batching`` settings, given when the configuration has them.
         labels: output name -> labels (``label_filename``), for classification.
+        model_dir: the model's folder, where warmup data files are read (``warmup/``); None: no warmup.
+
+    Raises:
+        WarmupError: a warmup sample that cannot be built or fails; the version is closed (the
+            message is its load failure reason, Triton's text).
     """
-    pool = InstancePool(name, version, sum(g.count for g in config.instance_group) or 1, executable)
+    pool = InstancePool(name, version, sum(g.count for g in config.instance_group) or 1, executable,
+                        config.instance_group)
     strategy = executable.batching or RowBatching(executable)
     scheduler: Scheduler
     if sequence is not None:
@@ -104,4 +114,11 @@ def open_version(name: str, version: int, config: mc.ModelConfig, executable: Ex
                                    strategy.key, items=strategy.items, pool=pool, alone=strategy.inline)
     else:
         scheduler = DirectScheduler(pool)
-    return ModelVersion(name, version, config, scheduler, labels, executable.text, executable.on_cuda)
+    model = ModelVersion(name, version, config, scheduler, labels, executable.text, executable.on_cuda)
+    if model_dir is not None and config.model_warmup:
+        try:
+            warm_up(pool, config, model.spec, model.stats, model_dir, version)
+        except BaseException:
+            model.close()
+            raise
+    return model

@@ -105,6 +105,21 @@ class ModelStats:
     execution_count: int = 0
     last_inference_ms: int = 0
     responses: dict[str, ResponseStats] = field(default_factory=dict)
+    cache_hit: Duration = field(default_factory=Duration)  # the response cache's (kserve_v2.service.response_cache)
+    cache_miss: Duration = field(default_factory=Duration)
+
+    def record_cache_hit(self, total_ns: int, queue_ns: int, hit_ns: int) -> None:
+        """Account one request answered from the response cache, as Triton's ``UpdateSuccessCacheHit``: a
+        success with its queue time (hashing the request) and the lookup's ``hit_ns``; no inference,
+        execution or compute phase (so ``compute_*`` counts are the successes less the hits)."""
+        self.success.add(total_ns)
+        self.queue.add(queue_ns)
+        self.cache_hit.add(hit_ns)
+
+    def record_cache_miss(self, miss_ns: int) -> None:
+        """Account the lookup and insertion time of a request the model answered (``UpdateSuccessCacheMiss``;
+        the request itself is ``record_success``'s, its total already including this time)."""
+        self.cache_miss.add(miss_ns)
 
     def record_success(self, report: RequestReport) -> None:
         """Account one successful request: its batch elements, the model executions it accounts
@@ -166,6 +181,8 @@ class ModelStats:
         self.phases.compute_output.to_pb(stats.compute_output)
         stats.cache_hit.SetInParent()
         stats.cache_miss.SetInParent()
+        self.cache_hit.to_pb(stats.cache_hit)
+        self.cache_miss.to_pb(stats.cache_miss)
         for size in sorted(self.by_batch):
             phases = self.by_batch[size]
             entry = out.batch_stats.add(batch_size=size)

@@ -21,6 +21,7 @@ from kserve_v2 import backend
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.protocol.model_spec import TensorDeclaration
 from kserve_v2.repository import layout
+from kserve_v2.scheduling.dynamic_batcher import queue_policy_problem
 from kserve_v2.scheduling.sequence_config import reserved_names
 
 if TYPE_CHECKING:
@@ -93,6 +94,8 @@ def read_config(model_dir: Path, name: str, override_json: str | None = None) ->
         )
     if config.max_batch_size < 0:
         raise ConfigError("max_batch_size must be >= 0")
+    if (problem := queue_policy_problem(config)) is not None:
+        raise ConfigError(problem)
     return config
 
 
@@ -258,6 +261,11 @@ def validate(config: mc.ModelConfig, inputs: Sequence[TensorDeclaration], output
     _validate_tensors(config, "output", config.output, outputs)
     if config.HasField("ensemble_scheduling"):
         raise ConfigError("ensembles are not supported")
+    if config.response_cache.enable and (config.HasField("sequence_batching") or config.model_transaction_policy.decoupled):
+        scheduler = ("sequence batching scheduler" if config.HasField("sequence_batching")
+                     else "'decoupled' transaction policy")  # Triton's texts (model_config_utils.cc)
+        raise ConfigError(f"Response Cache does not currently support model {config.name} with {scheduler}. "
+                          "Please disable the response cache.")
     too_large = [s for s in config.dynamic_batching.preferred_batch_size if s < 1 or s > config.max_batch_size]
     if config.HasField("dynamic_batching") and config.max_batch_size > 0 and too_large:
         raise ConfigError(f"dynamic batching preferred size must be <= max batch size for {config.name}: {too_large}")

@@ -9,7 +9,7 @@ from kserve_v2 import backend
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.models.version import ModelVersion, open_version
 from kserve_v2.repository import config as cfg
-from kserve_v2.repository import layout
+from kserve_v2.repository import config_fields, layout
 from kserve_v2.runtime.onnx import confined_file
 from kserve_v2.scheduling import ensemble
 from kserve_v2.scheduling.sequence_config import SequenceSettings
@@ -46,11 +46,12 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None 
     result = LoadResult()
     try:
         config = cfg.read_config(model_dir, name, override_json)
+        config_fields.check(config)  # refuses the fields this server does not act on, warns once for others'
         if ensemble.is_ensemble(config):
             ensemble.check_config(config)
         else:
             cfg.complete_instances(config, gpus)
-    except (cfg.ConfigError, ensemble.EnsembleError) as err:
+    except (cfg.ConfigError, ensemble.EnsembleError, config_fields.UnsupportedField) as err:
         result.error = str(err)
         return result
     versions = layout.select_versions(layout.version_dirs(model_dir), config.version_policy)
@@ -78,7 +79,8 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None 
                         if config.HasField("sequence_batching") else None)
             cfg.validate(config, executable.inputs, executable.outputs)
             completed = True
-            result.loaded[version] = open_version(name, version, config, executable, sequence, result.labels)
+            result.loaded[version] = open_version(name, version, config, executable, sequence, result.labels,
+                                                  model_dir)  # model_dir: warmup data files (model_warmup)
         except Exception as err:  # noqa: BLE001 - any load failure is reported as the version's reason
             result.failed[version] = _without_paths(err, model_dir)  # the version's reason, as Triton's index shows it
     result.config = config

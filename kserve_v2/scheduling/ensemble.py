@@ -90,6 +90,8 @@ def check_config(config: mc.ModelConfig) -> None:
         raise EnsembleError(f"ensemble scheduling must be set for ensemble {name} whose platform is {PLATFORM}")
     if config.instance_group:
         raise EnsembleError(f"instance group should not be specified for ensemble '{name}'")
+    if config.model_warmup:
+        raise EnsembleError(f"model_warmup can not be specified for ensemble '{name}'")
     if not config.ensemble_scheduling.step:
         raise EnsembleError(f"must specify 'step' for ensemble '{name}'")
     if not config.input or not config.output:

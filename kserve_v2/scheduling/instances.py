@@ -7,21 +7,25 @@ event loop itself: handing it to a thread and back costs more than the work (two
 and a loop wake-up per request). Cancelling a caller drops thread work that has not started and
 tells running work to stop (``kserve_v2.backend.cancellation``: ONNX Runtime terminates between nodes).
 An executable that is ``threaded`` (its executions may wait on other requests, as python models
-do) always runs on its threads.
+do) always runs on its threads. With rate limiting on (``kserve_v2.scheduling.rate_limiter``) every
+execution runs on a thread, once an instance and the resources its group lists are free.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TypeVar
 
 import numpy as np
 
+from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Executable
 from kserve_v2.backend.cancellation import Cancellation, running
+from kserve_v2.scheduling import rate_limiter
 
 T = TypeVar("T")
 # Work measured under this (moving average of its thread CPU time, ns) with inputs under INLINE_BYTES runs on the loop.
@@ -37,9 +41,17 @@ class InstancePool:
         name, version: the version (thread names).
         count: instances, the instance group count (>= 1): executions that may run at once.
         executable: what the backend opened.
+        groups: the completed instance groups, registered with the rate limiter when it is on.
+
+    Raises:
+        RateLimitError: the groups' ``rate_limiter`` resources cannot be granted (the version's
+            load failure reason, Triton's text).
     """
 
-    def __init__(self, name: str, version: int, count: int, executable: Executable) -> None:
+    def __init__(self, name: str, version: int, count: int, executable: Executable,
+                 groups: Sequence[mc.ModelInstanceGroup] = ()) -> None:
+        limiter = rate_limiter.current()
+        self._limited = limiter.register(groups) if limiter is not None and groups else None
         self.count = count
         self.executable = executable
         self._running = 0  # executions in progress (inline or on a thread)
@@ -49,7 +61,8 @@ class InstancePool:
 
     def runs_inline(self, input_bytes: int) -> bool:
         """Whether an execution with ``input_bytes`` of inputs would run on the event loop now (see INLINE_NS)."""
-        return self._cost_ns < INLINE_NS and input_bytes <= INLINE_BYTES and self._running < self.count
+        return (self._limited is None and self._cost_ns < INLINE_NS and input_bytes <= INLINE_BYTES
+                and self._running < self.count)
 
     async def run(self, work: Callable[[], T], input_bytes: int) -> tuple[T, int, int]:
         """Run ``work`` on an instance: (its result, started_ns, finished_ns).
@@ -60,6 +73,8 @@ class InstancePool:
         """
         if self.runs_inline(input_bytes):
             return self.inline(work)
+        limited = self._limited
+        instance = None if limited is None else await limited.acquire()
         cancellation = Cancellation()
         started = finished = 0
 
@@ -74,12 +89,21 @@ class InstancePool:
 
         loop = asyncio.get_running_loop()
 
+        def finish() -> None:  # on the loop: the instance (and its rate limiter resources) is free again
+            self._running -= 1
+            if limited is not None and instance is not None:
+                limited.release(instance)
+
         def done(_: object) -> None:  # on the thread: the work finished, or was dropped unstarted
             if not loop.is_closed():
-                loop.call_soon_threadsafe(self._done)
+                loop.call_soon_threadsafe(finish)
 
-        submitted = self._executor.submit(on_thread)
         self._running += 1
+        try:
+            submitted = self._executor.submit(on_thread)
+        except BaseException:
+            finish()
+            raise
         try:
             result = await asyncio.wrap_future(submitted)
         except asyncio.CancelledError:
@@ -87,9 +111,9 @@ class InstancePool:
             submitted.add_done_callback(done)  # counted until the thread is free again
             raise
         except BaseException:
-            self._running -= 1
+            finish()
             raise
-        self._running -= 1
+        finish()
         return result, started, finished
 
     def inline(self, work: Callable[[], T]) -> tuple[T, int, int]:
@@ -113,12 +137,33 @@ class InstancePool:
                 self._cost_ns = cpu if cost == _UNMEASURED else 0.8 * cost + 0.2 * cpu
         return result, started, time.perf_counter_ns()
 
-    def _done(self) -> None:
-        self._running -= 1
+    def on_each(self, work: Callable[[], T]) -> list[T]:
+        """Run ``work`` once on each instance thread, all at once, and wait for every run (blocking, off
+        the event loop, while no request can reach the version: its warmup, ``kserve_v2.models.warmup``).
+        A backend whose instances each take one execution at a time (the ``python`` backend's free
+        instance queue) runs one on each instance. Each run's CPU time is measured as an execution's.
+
+        Returns:
+            each run's result, in submission order.
+
+        Raises:
+            The first run's exception, once every run has ended.
+        """
+        together = threading.Barrier(self.count)  # no thread takes a second run: each instance thread runs one
+
+        def run() -> T:
+            together.wait()
+            return self._timed(work)[0]
+
+        futures = [self._executor.submit(run) for _ in range(self.count)]
+        wait(futures)
+        return [future.result() for future in futures]
 
     def close(self) -> None:
         """Wait for running executions and release the backend (blocking)."""
         self._executor.shutdown(wait=True)
+        if self._limited is not None:
+            self._limited.close()
         self.executable.close()
         del self.executable
 

@@ -35,11 +35,12 @@ from kserve_v2.observability.tracing import RequestTrace, Tracing
 from kserve_v2.protocol.errors import ErrorCode, InternalError, ServerError, Unsupported
 from kserve_v2.protocol.statistics import RequestReport
 from kserve_v2.request.budget import MemoryBudget, request_cost
-from kserve_v2.request.decode import decode_request
+from kserve_v2.request.decode import DecodedRequest, decode_request
 from kserve_v2.request.encode import encode_response
 from kserve_v2.request.offload import Offload, is_heavy
 from kserve_v2.request.shared_memory import SharedMemoryRegistry
 from kserve_v2.service.extensions import ExtensionsFactory, TritonExtensions
+from kserve_v2.service.response_cache import Lookup, ResponseCache
 from kserve_v2.service.streaming import stream_request
 from kserve_v2.service.text_models import TextModels
 from kserve_v2.settings.server import Settings
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 # Extensions this server implements (Triton's names, ServerMetadata.extensions).
 EXTENSIONS = ("classification", "model_repository", "model_repository(unload_dependents)", "model_configuration",
               "cuda_shared_memory", "binary_tensor_data", "parameters", "statistics", "sequence", "trace", "logging",
-              "generate")
+              "generate", "schedule_policy")
 SHM_EXTENSION = "system_shared_memory"
 # Triton's text for a request answered once to a model that may answer many times (``infer_handler.cc``)
 DECOUPLED_ONCE = "ModelInfer RPC doesn't support models with decoupled transaction policy"
@@ -94,14 +95,16 @@ class InferenceService:
             own when None), also ``offload`` for the REST routes.
         extensions: builds ``extensions`` from the manager, control mode, shared memory, trace and
             log settings (a replica among several builds ``kserve_v2.workers.replicated.ReplicatedExtensions``).
+        cache: the response cache (``--cache-config``) of the models whose config enables it, or None.
     """
 
     def __init__(self, manager: ModelLifecycle, state: ServerState, server_name: str, control_mode: str,
                  metrics: InferenceMetrics | None = None, tracing: Tracing | None = None,
                  shared_memory: SharedMemoryRegistry | None = None, logs: LogSettings | None = None,
                  budget: MemoryBudget | None = None, offload: Offload | None = None,
-                 extensions: ExtensionsFactory = TritonExtensions) -> None:
+                 extensions: ExtensionsFactory = TritonExtensions, cache: ResponseCache | None = None) -> None:
         self._memory = shared_memory
+        self._cache = cache
         self._budget = budget or MemoryBudget(Settings.max_request_decoded_bytes, Settings.request_memory_pool_bytes)
         self._manager = manager
         self._tracing = tracing or Tracing(TraceConfig(), server_name)
@@ -307,6 +310,11 @@ class InferenceService:
                 else:
                     decoded = decode_request(request, model.spec, regions)
                 decoded_at = time.perf_counter_ns()
+                lookup = None
+                if self._cache is not None and model.config.response_cache.enable:  # hits skip the scheduler
+                    lookup = self._cache.lookup(model.name, model.version, model.label, decoded)
+                    if lookup.found is not None:
+                        return await self._cached(request, model, api, raw_outputs, decoded, lookup, started)
                 try:
                     execution, queue_ns, infer_ns = await model.scheduler.submit(
                         decoded.feeds, decoded.output_names, decoded.parameters, decoded.batch_size,
@@ -337,17 +345,48 @@ class InferenceService:
         finally:
             if regions is not None:
                 regions.release()
+        miss_ns = None
+        if lookup is not None and self._cache is not None and not (responses is not None and responses.taken):
+            miss_ns = self._cache.insert(lookup, model.name, model.label, execution.outputs, execution.parameters)
         finished = time.perf_counter_ns()
         report = RequestReport(decoded.batch_size, execution.executions, execution.batch_size, finished - started,
                                queue_ns, decoded_at - started + execution.pre_ns, infer_ns,
                                finished - ran_at + execution.post_ns, execution.tokens,
                                outputs=() if raw_outputs else tuple(arrays))
         model.stats.record_success(report)
+        if miss_ns is not None:
+            model.stats.record_cache_miss(miss_ns)
         if metrics is not None:
             metrics.succeeded(model.name, model.label, api, report)
         # log_verbose_level > 0 (Triton's verbose log): a line per request; one level check otherwise
         log.debug("%s request for model '%s' version %s: batch size %d, %.3f ms (queue %.3f ms)", api, model.name,
                   model.label, decoded.batch_size, report.total_ns / 1e6, report.queue_ns / 1e6)
+        return response, report
+
+    async def _cached(self, request: InferRequest, model: ModelVersion, api: str, raw_outputs: bool,
+                      decoded: DecodedRequest, lookup: Lookup, started: int) -> tuple[InferResponse, RequestReport]:
+        """Answer a request from the response cache (``kserve_v2.service.response_cache``): its response is
+        encoded from the cached outputs as the model's would be; it counts as Triton counts a hit (a
+        success with its hashing as queue time and its lookup as ``cache_hit``; no inference, execution
+        or compute phase)."""
+        assert lookup.found is not None and self._cache is not None
+        decoded.feeds.clear()
+        building = time.perf_counter_ns()
+        outputs, parameters = lookup.found.outputs, lookup.found.parameters
+        if (raw_outputs or decoded.output_memory) and _heavy(outputs):
+            response, arrays = await self.offload.in_thread(encode_response, request, model.spec, model.version,
+                                                            decoded, list(outputs), raw_outputs, parameters)
+        else:
+            response, arrays = encode_response(request, model.spec, model.version, decoded, list(outputs),
+                                               raw_outputs, parameters)
+        finished = time.perf_counter_ns()
+        hit_ns = lookup.lookup_ns + finished - building
+        report = RequestReport(decoded.batch_size, 0, 0, finished - started, lookup.hash_ns, 0, 0, 0,
+                               outputs=() if raw_outputs else tuple(arrays))
+        model.stats.record_cache_hit(report.total_ns, report.queue_ns, hit_ns)
+        self._cache.record_hit(model.name, model.label, hit_ns)
+        if self._metrics is not None:  # a hit is a success, but no inference (Triton's nv_inference_count)
+            self._metrics.succeeded(model.name, model.label, api, replace(report, batch_size=0))
         return response, report
 
 

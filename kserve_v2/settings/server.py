@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
+from kserve_v2.settings.cache_config import DEFAULT_DIRECTORY, CacheConfig
 from kserve_v2.settings.metrics_config import MetricsConfig
+from kserve_v2.settings.rate_limit import RATE_LIMIT_MODES, RateLimitMode, RateLimitResource
 from kserve_v2.settings.restrictions import parse_restrictions
 from kserve_v2.settings.trace_config import TraceConfig
 
@@ -146,6 +148,10 @@ class Settings:
     repository_poll_secs: float = 15.0
     model_load_thread_count: int = 4  # models loaded at once, at start and by the poller (Triton's default)
     strict_readiness: bool = True
+    rate_limit: RateLimitMode = "off"  # Triton's --rate-limit (kserve_v2.scheduling.rate_limiter)
+    rate_limit_resources: tuple[RateLimitResource, ...] = ()  # Triton's --rate-limit-resource, repeated
+    cache_config: CacheConfig | None = None  # Triton's --cache-config (kserve_v2.service.response_cache); None: off
+    cache_directory: str = DEFAULT_DIRECTORY  # Triton's --cache-directory (only named in errors: 'local' is built in)
     exit_timeout_secs: int = 30
     event_loop: EventLoop = "uvloop"
     log_verbose: int = 0
@@ -165,7 +171,8 @@ class Settings:
         for flag, value, allowed in (("event-loop", self.event_loop, EVENT_LOOPS),
                                      ("log-format", self.log_format, LOG_FORMATS),
                                      ("model-control-mode", self.model_control_mode, CONTROL_MODES),
-                                     ("openai-token-ids", self.openai_token_ids, TOKEN_ID_MODES)):
+                                     ("openai-token-ids", self.openai_token_ids, TOKEN_ID_MODES),
+                                     ("rate-limit", self.rate_limit, RATE_LIMIT_MODES)):
             if value not in allowed:
                 raise ValueError(f"--{flag} must be one of {allowed}, got '{value}'")
         if self.load_models and self.model_control_mode != "explicit":

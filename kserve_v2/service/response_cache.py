@@ -1,0 +1,255 @@
+"""Triton's response cache (``docs/user_guide/response_cache.md``) with its ``local`` implementation
+(github.com/triton-inference-server/local_cache): the outputs of earlier requests, found again by a
+hash of the request, so that a repeated request is answered without its model.
+
+One cache serves every model whose configuration has ``response_cache { enable: true }`` when the
+server runs with ``--cache-config local,size=<bytes>`` (``kserve_v2.settings.cache_config``); with
+``--workers N`` each replica has its own. ``InferenceService`` looks a request up after decoding it
+and before scheduling it: a hit is encoded from the cached outputs for whatever transport asked (the
+cache holds arrays, not a transport's bytes), a miss runs the model and stores its outputs.
+
+The key is a SHA-1, under a secret of this process, of the model's name and version, each input
+(sorted by name: name, datatype, shape and bytes, as the model receives it), the requested outputs
+and the request's own parameters (less those Triton's front ends take for scheduling: ``priority``,
+``timeout``, ``sequence_*``, ``binary_data_output``). Triton's hash (``cache_manager.cc`` ``TritonCache::Hash``) covers
+the name, version and inputs' names and bytes only; the rest is added here so that two requests that
+would get different answers never share an entry. Entries are evicted least recently used first, by
+bytes (an output's bytes plus its name, datatype and shape, as Triton serializes a response); an
+entry larger than the whole cache is not stored (Triton's "Requested byte_size: <n> is greater than
+total cache size: <size>", logged).
+
+Metrics, as Triton reports them (``docs/user_guide/metrics.md``, "Response Cache Metrics", and the
+local cache's own): per model and version ``nv_cache_num_hits_per_model``,
+``nv_cache_num_misses_per_model``, ``nv_cache_hit_duration_per_model`` and
+``nv_cache_miss_duration_per_model`` (microseconds); for the cache ``nv_cache_num_entries``,
+``nv_cache_num_lookups``, ``nv_cache_num_hits``, ``nv_cache_num_misses``, ``nv_cache_num_evictions``,
+``nv_cache_lookup_duration``, ``nv_cache_insertion_duration`` (microseconds) and ``nv_cache_util``
+(0 to 1). Updated on the event loop only: no lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from prometheus_client.core import GaugeMetricFamily, Metric, UnknownMetricFamily
+from prometheus_client.registry import Collector
+
+from kserve_v2.backend import Parameter
+from kserve_v2.request.decode import DecodedRequest
+
+log = logging.getLogger(__name__)
+
+_LABELS = ["model", "version"]
+# Triton's per-model families (counters without a _total suffix: untyped, as kserve_v2.observability.metrics has them)
+_PER_MODEL = (
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model"),
+    ("nv_cache_num_misses_per_model", "Number of cache misses per model"),
+    ("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds"),
+    ("nv_cache_miss_duration_per_model", "Total cache miss (insert+lookup) duration per model, in microseconds"),
+)
+# parameters Triton's front ends turn into the request's scheduling fields (never the model's): not in the key
+_SCHEDULING = frozenset({"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output"})
+_ENTRY_BYTES = 4  # a serialized response starts with its number of outputs (uint32)
+_OUTPUT_BYTES = 8 + 8 + 4 + 4 + 8  # per output: its size, the name's, datatype's and shape's lengths, the bytes'
+
+
+@dataclass(slots=True)
+class CachedResponse:
+    """What a hit answers with: the model's outputs, in the requested order, and the response's parameters.
+
+    Attributes:
+        outputs: one read-only array per requested output (this cache's own copies).
+        parameters: the response's parameters (an ensemble's, a model's), or None.
+        nbytes: the bytes the entry counts against the cache's size.
+    """
+
+    outputs: list[np.ndarray]
+    parameters: dict[str, Parameter] | None
+    nbytes: int
+
+
+@dataclass(slots=True)
+class Lookup:
+    """One request's lookup: its key, the response found (None: a miss), and its times (ns).
+
+    Attributes:
+        key: the request's hash.
+        found: the cached response, or None.
+        hash_ns: time spent hashing the request (Triton counts it as queue time).
+        lookup_ns: time spent looking the key up.
+        names: the requested outputs' names (they count in an entry's bytes).
+    """
+
+    key: bytes
+    found: CachedResponse | None
+    hash_ns: int
+    lookup_ns: int
+    names: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class _ModelCounts:
+    hits: int = 0
+    misses: int = 0
+    hit_ns: int = 0
+    miss_ns: int = 0
+
+
+@dataclass
+class ResponseCache(Collector):
+    """Triton's ``local`` response cache: at most ``size`` bytes of responses, least recently used out first.
+
+    Args:
+        size: the cache's size in bytes (``--cache-config local,size=<bytes>``).
+    """
+
+    size: int
+    _entries: OrderedDict[bytes, CachedResponse] = field(default_factory=OrderedDict)
+    _used: int = 0
+    _secret: bytes = field(default_factory=lambda: os.urandom(16))
+    _models: dict[tuple[str, str], _ModelCounts] = field(default_factory=dict)
+    lookups: int = 0
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    lookup_ns: int = 0
+    insertion_ns: int = 0
+
+    def __post_init__(self) -> None:
+        log.info("Response Cache is created with size %d", self.size)  # Triton's local cache logs its size
+
+    def __hash__(self) -> int:  # a registry keeps its collectors in a set
+        return id(self)
+
+    @property
+    def used(self) -> int:
+        """The bytes the entries take now."""
+        return self._used
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def key(self, model: str, version: int, decoded: DecodedRequest) -> bytes:
+        """The hash of a decoded request (see the module's docstring for what it covers)."""
+        digest = hashlib.sha1(self._secret, usedforsecurity=False)
+        update = digest.update
+        update(f"{len(model)}:{model}:{version}".encode())
+        feeds = decoded.feeds
+        for name in sorted(feeds):
+            array = feeds[name]
+            update(f"|{len(name)}:{name}:{array.dtype.str}:{array.shape}".encode())
+            if array.dtype.hasobject:  # BYTES: each element's length and bytes
+                for item in array.flat:
+                    data = item if isinstance(item, bytes) else str(item).encode()
+                    update(len(data).to_bytes(8, "little"))
+                    update(data)
+            else:
+                update(np.ascontiguousarray(array).data)
+        update(repr(tuple(decoded.output_names)).encode())
+        update(repr(sorted(item for item in decoded.parameters.items() if item[0] not in _SCHEDULING)).encode())
+        return digest.digest()
+
+    def lookup(self, model: str, version: int, label: str, decoded: DecodedRequest) -> Lookup:
+        """Hash a request and look it up; a hit is counted here (Triton counts it on lookup), a miss
+        when its response is inserted (``insert``)."""
+        started = time.perf_counter_ns()
+        key = self.key(model, version, decoded)
+        hashed = time.perf_counter_ns()
+        found = self._entries.get(key)
+        self.lookups += 1
+        if found is not None:
+            self._entries.move_to_end(key)
+            self.hits += 1
+        else:
+            self.misses += 1
+        ended = time.perf_counter_ns()
+        self.lookup_ns += ended - hashed
+        self._counts(model, label)  # the model's series exist from its first lookup
+        return Lookup(key, found, hashed - started, ended - hashed, tuple(decoded.output_names))
+
+    def record_hit(self, model: str, label: str, hit_ns: int) -> None:
+        """Count a hit of ``model`` answered in ``hit_ns`` (lookup and the response's building)."""
+        counts = self._counts(model, label)
+        counts.hits += 1
+        counts.hit_ns += hit_ns
+
+    def insert(self, lookup: Lookup, model: str, label: str, outputs: list[np.ndarray],
+               parameters: Mapping[str, Parameter] | None) -> int | None:
+        """Store a missed request's outputs (copies), evicting the least recently used entries to make room.
+
+        Returns:
+            The miss's duration (lookup and insertion, ns) as Triton counts it, or None when another
+            request stored the same key meanwhile (Triton's ALREADY_EXISTS: not counted as a miss).
+            An entry larger than the cache is not stored, but counts as a miss (logged, as Triton
+            logs the failed insertion).
+        """
+        started = time.perf_counter_ns()
+        key = lookup.key
+        if key in self._entries:
+            return None
+        nbytes = _ENTRY_BYTES + sum(len(name.encode()) for name in lookup.names) + sum(
+            _OUTPUT_BYTES + len(str(a.dtype)) + 8 * a.ndim + _data_bytes(a) for a in outputs)
+        if nbytes > self.size:
+            log.error("Failed to insert key [%s] into response cache: Requested byte_size: %d is greater than total "
+                      "cache size: %d", key.hex(), nbytes, self.size)
+        else:
+            while self._used + nbytes > self.size:
+                _, evicted = self._entries.popitem(last=False)
+                self._used -= evicted.nbytes
+                self.evictions += 1
+            copies = []
+            for array in outputs:
+                copy = np.array(array, copy=True)
+                copy.flags.writeable = False
+                copies.append(copy)
+            self._entries[key] = CachedResponse(copies, dict(parameters) if parameters else None, nbytes)
+            self._used += nbytes
+        ended = time.perf_counter_ns()
+        self.insertion_ns += ended - started
+        miss_ns = lookup.lookup_ns + ended - started
+        counts = self._counts(model, label)
+        counts.misses += 1
+        counts.miss_ns += miss_ns
+        return miss_ns
+
+    def _counts(self, model: str, label: str) -> _ModelCounts:
+        counts = self._models.get((model, label))
+        if counts is None:
+            counts = self._models[(model, label)] = _ModelCounts()
+        return counts
+
+    def collect(self) -> Iterator[Metric]:
+        """The cache's metric families (called by the registry at each scrape)."""
+        for index, (name, text) in enumerate(_PER_MODEL):
+            family = UnknownMetricFamily(name, text, labels=_LABELS)
+            for (model, label), counts in self._models.items():
+                value = (counts.hits, counts.misses, counts.hit_ns // 1000, counts.miss_ns // 1000)[index]
+                family.add_metric([model, label], value)
+            yield family
+        gauges: tuple[tuple[str, str, float], ...] = (
+            ("nv_cache_num_entries", "Number of responses stored in response cache", len(self._entries)),
+            ("nv_cache_num_lookups", "Number of cache lookups in response cache", self.lookups),
+            ("nv_cache_num_hits", "Number of cache hits in response cache", self.hits),
+            ("nv_cache_num_misses", "Number of cache misses in response cache", self.misses),
+            ("nv_cache_num_evictions", "Number of cache evictions in response cache", self.evictions),
+            ("nv_cache_lookup_duration", "Total cache lookup duration (hit and miss), in microseconds",
+             self.lookup_ns // 1000),
+            ("nv_cache_insertion_duration", "Total cache insertion duration, in microseconds", self.insertion_ns // 1000),
+            ("nv_cache_util", "Cache utilization [0.0 - 1.0]", self._used / self.size),
+        )
+        for name, text, gauge in gauges:
+            yield GaugeMetricFamily(name, text, value=gauge)
+
+
+def _data_bytes(array: np.ndarray) -> int:
+    """An output's bytes as Triton serializes them (BYTES: a 4-byte length before each element)."""
+    if not array.dtype.hasobject:
+        return int(array.nbytes)
+    return sum(4 + len(item if isinstance(item, bytes) else str(item).encode()) for item in array.flat)
