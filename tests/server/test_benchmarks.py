@@ -142,3 +142,15 @@ def test_in_process_harness_prints_its_table() -> None:
     assert float(grpc_us.split(" (")[0]) > 0 and float(rest_us.split(" (")[0]) > 0
     assert float(bare_us.split(" (")[0]) > 0 and float(ratio) > 0
     assert float(identity_ms.split(" (")[0]) > 0
+
+
+def test_response_cache_harness_prints_its_table() -> None:
+    """benchmarks/response_cache.py --smoke: a row per model with server CPU per hit and per miss and their ratio."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "response_cache.py"), "--smoke"], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.split("|")[1:-1]] for line in done.stdout.splitlines()
+                                              if line.startswith(("| identity", "| mlp")))}
+    assert list(rows) == ["identity", "mlp"], done.stdout
+    for hit, miss, ratio in rows.values():
+        assert float(hit) > 0 and float(miss) > 0 and float(ratio.split(" ")[0]) > 0
