@@ -26,12 +26,15 @@ RUN python -m venv /opt/kserve-v2 \
 FROM ${PYTHON_IMAGE} AS base
 RUN useradd --uid 1000 --user-group --create-home --home-dir /home/kserve kserve
 COPY --from=build /opt/kserve-v2 /opt/kserve-v2
+# XDG_CACHE_HOME: caches in the writable /tmp, as a read-only root file system allows (ONNX Runtime
+# otherwise writes a non-JSON warning that it cannot keep its telemetry id under ~/.cache).
 ENV PATH=/opt/kserve-v2/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     KSERVE_V2_MODEL_REPOSITORY=/mnt/models \
     KSERVE_V2_HTTP_PORT=8080 \
     KSERVE_V2_GRPC_PORT=8081 \
-    KSERVE_V2_METRICS_PORT=8002
+    KSERVE_V2_METRICS_PORT=8002 \
+    XDG_CACHE_HOME=/tmp/.cache
 USER 1000
 WORKDIR /home/kserve
 # 8080 REST (KServe's HTTP port), 8081 gRPC (KServe's gRPC port), 8002 Prometheus metrics.

@@ -71,5 +71,12 @@ bench: venv openvino
 	$(BIN)/python benchmarks/text_peers.py
 	$(BIN)/python benchmarks/text_peers.py --openvino
 
+# The CPU images (runtime, examples, OpenVINO) built with podman on a local Debian base and run as KServe
+# runs them, checked from here with unmodified clients (tests/deploy/image_check.py; docs/deploy.md). Needs
+# root, podman, runc and debootstrap (deploy/docker/podman_host.sh installs them). IMAGE_CHECK_ARGS=--no-openvino
+.PHONY: image-check
+image-check: venv
+	$(BIN)/python tests/deploy/image_check.py $(IMAGE_CHECK_ARGS)
+
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

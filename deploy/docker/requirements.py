@@ -16,10 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # the README's floor is Python 3.10 (the images use 3.12)
-    import tomli as tomllib
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 GPU_PACKAGE = "onnxruntime-gpu"
