@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from kserve_v2.protocol.errors import InvalidInput, Unavailable, Unsupported
 
@@ -104,7 +104,7 @@ class JsonFormatter(logging.Formatter):
         self._replica = {} if replica is None else {"replica": replica}
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+        entry = {"time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
                  "level": record.levelname, "logger": record.name, "message": record.getMessage(), **self._replica}
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)

@@ -23,10 +23,7 @@ from typing import Any
 import pytest
 from dockerfile_parse import DockerfileParser
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # the README's floor is Python 3.10
-    import tomli as tomllib
+import tomllib
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 

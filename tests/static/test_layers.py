@@ -14,10 +14,7 @@ from typing import Any
 
 from helpers import ROOT
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:
-    import tomli as tomllib
+import tomllib
 
 COMPOSITION_ROOT = {"app", "cli", "__main__"}
 
