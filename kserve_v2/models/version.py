@@ -27,6 +27,7 @@ from kserve_v2.protocol.statistics import ModelStats
 from kserve_v2.scheduling.base import DirectScheduler, Scheduler
 from kserve_v2.scheduling.dynamic_batcher import DynamicBatcher, RowBatching, batch_executor
 from kserve_v2.scheduling.instances import InstancePool
+from kserve_v2.scheduling.ragged import wrap as ragged
 from kserve_v2.scheduling.sequence_batcher import SequenceBatcher
 from kserve_v2.scheduling.sequence_config import SequenceSettings
 
@@ -103,6 +104,7 @@ def open_version(name: str, version: int, config: mc.ModelConfig, executable: Ex
         WarmupError: a warmup sample that cannot be built or fails; the version is closed (the
             message is its load failure reason, Triton's text).
     """
+    executable = ragged(config, executable)  # allow_ragged_batch, batch_input, batch_output
     pool = InstancePool(name, version, sum(g.count for g in config.instance_group) or 1, executable,
                         config.instance_group)
     strategy = executable.batching or RowBatching(executable)

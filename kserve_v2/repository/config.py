@@ -22,6 +22,7 @@ from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.protocol.model_spec import TensorDeclaration
 from kserve_v2.repository import layout
 from kserve_v2.scheduling.dynamic_batcher import queue_policy_problem
+from kserve_v2.scheduling.ragged import batch_input_names, config_problem as ragged_problem
 from kserve_v2.scheduling.sequence_config import reserved_names
 
 if TYPE_CHECKING:
@@ -231,6 +232,7 @@ def complete_tensors(config: mc.ModelConfig, inputs: Sequence[TensorDeclaration]
         config.dynamic_batching.SetInParent()  # Triton's onnxruntime auto-complete turns the batcher on
     skip = 1 if config.max_batch_size > 0 else 0
     served_inputs, served_outputs = reserved_names(config)  # sequence controls and state: the server's own
+    served_inputs |= batch_input_names(config)  # ragged batching's batch inputs (kserve_v2.scheduling.ragged)
     _complete_tensors(config.input, [t for t in inputs if t.name not in served_inputs], skip, add_missing=True)
     _complete_tensors(config.output, [t for t in outputs if t.name not in served_outputs], skip,
                       add_missing=not config.output)
@@ -252,6 +254,9 @@ def validate(config: mc.ModelConfig, inputs: Sequence[TensorDeclaration], output
         raise ConfigError(f"inputs {required} have an initializer in the model: the configuration must mark "
                           "them 'optional: true'")
     served_inputs, _ = reserved_names(config)
+    served_inputs |= batch_input_names(config)
+    if (problem := ragged_problem(config, inputs)) is not None:
+        raise ConfigError(problem)
     expected = sum(not t.optional for t in config.input) + len(served_inputs)
     provided = sum(not t.optional for t in inputs)
     if expected != provided:
@@ -324,12 +329,22 @@ def _validate_tensors(config: mc.ModelConfig, kind: str, declared: Sequence[mc.M
         if any(d < -1 for d in tensor.dims):
             raise ConfigError(f"{kind} '{tensor.name}' has an invalid dim in {list(tensor.dims)}")
         dims = list(tensor.reshape.shape) if tensor.HasField("reshape") else list(tensor.dims)
+        if _ragged_io(config, tensor):  # shape checked by ragged_problem (ragged input) or free (batch output)
+            continue
         if found.shape:
             _compare_dims(model, tensor.name, list(found.shape), dims, config.max_batch_size)
         elif any(d != 1 for d in dims):  # a scalar in the model (ONNX Runtime shows an unknown rank so too)
             raise ConfigError(f"unable to load model '{model}', scalar tensor '{tensor.name}', should only provide 1 in "
                               "the model configuration when the model doesn't support batching. Model configuration "
                               f"provided: {_dims_text(dims)}.")
+
+
+def _ragged_io(config: mc.ModelConfig, tensor: mc.ModelInput | mc.ModelOutput) -> bool:
+    """A ragged input, or a batch output's target: the model's shape is not the configured one (Triton's
+    onnxruntime backend skips the dims check for both)."""
+    if isinstance(tensor, mc.ModelInput):
+        return tensor.allow_ragged_batch
+    return any(tensor.name in b.target_name for b in config.batch_output)
 
 
 def _compare_dims(model: str, name: str, model_shape: list[int], dims: list[int], max_batch_size: int) -> None:

@@ -30,9 +30,6 @@ from kserve_v2._proto import model_config_pb2 as mc
 
 log = logging.getLogger(__name__)
 
-_RAGGED = ("ragged batching (batch_input, batch_output, allow_ragged_batch) is not implemented yet; "
-           "Triton's core builds the batch inputs")
-
 ACTED: dict[str, str] = {
     "name": "repository.config.read_config: must match the folder",
     "platform": "repository.config: onnxruntime_onnx and ensemble",
@@ -58,6 +55,16 @@ ACTED: dict[str, str] = {
     "output.dims": "protocol.model_spec",
     "output.reshape": "request.encode",
     "output.reshape.shape": "request.encode",
+    "input.allow_ragged_batch": "scheduling.ragged",
+    "batch_input": "scheduling.ragged, repository.config.validate",
+    "batch_input.kind": "scheduling.ragged",
+    "batch_input.target_name": "scheduling.ragged",
+    "batch_input.data_type": "scheduling.ragged",
+    "batch_input.source_input": "scheduling.ragged",
+    "batch_output": "scheduling.ragged, repository.config.validate",
+    "batch_output.target_name": "scheduling.ragged",
+    "batch_output.kind": "scheduling.ragged",
+    "batch_output.source_input": "scheduling.ragged",
     "output.label_filename": "repository.loader.read_labels, request.classification",
     "optimization": "runtime.onnx",
     "optimization.graph": "runtime.onnx.session_options",
@@ -152,9 +159,6 @@ REFUSED: dict[str, str] = {
     "output.is_shape_tensor": "shape tensors are only supported for TensorRT platform",
     "input.is_non_linear_format_io": "Non-linear IO format is only supported for the TensorRT platform",
     "output.is_non_linear_format_io": "Non-linear IO format is only supported for the TensorRT platform",
-    "input.allow_ragged_batch": _RAGGED,
-    "batch_input": _RAGGED,
-    "batch_output": _RAGGED,
     "sequence_batching.direct.minimum_slot_utilization": "Triton's sequence batcher waits for that share of "
         "the slots to be filled; this server's does not",
     "sequence_batching.oldest.preserve_ordering": "Triton's sequence batcher returns responses in request "

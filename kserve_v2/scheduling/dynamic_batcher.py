@@ -7,8 +7,9 @@ sum to at most the batch limit. It is dispatched at once
 when a prefix of it reaches a ``preferred_batch_size`` (the largest such prefix), when it is full
 or cannot grow, or when its oldest request has waited ``max_queue_delay_microseconds``.
 The executor merges the members and splits the results (tensor models: along the batch dim,
-``RowBatching``; text models: texts into one tokenized batch, as the backend's ``BatchStrategy``
-says). A failing batch fails each member with the error; the batcher keeps running. A request
+``RowBatching``; text models: texts into one tokenized batch; ragged models: ragged inputs
+concatenated, batch inputs built and batch outputs scattered, ``kserve_v2.scheduling.ragged``; as
+the backend's ``BatchStrategy`` says). A failing batch fails each member with the error; the batcher keeps running. A request
 the batcher would dispatch alone at once (an instance free, nothing queued, no queue delay) whose
 execution is measured to be tiny runs on the event loop here and now, unmerged (the fast path of
 ``InstancePool.runs_inline``). A cancelled request leaves the queue at once, and a running batch

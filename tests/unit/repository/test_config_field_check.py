@@ -19,9 +19,6 @@ def parse(text: str) -> mc.ModelConfig:
 
 
 @pytest.mark.parametrize(("text", "path"), [
-    ('input [{ name: "R" data_type: TYPE_FP32 dims: [-1] allow_ragged_batch: true }]', "input.allow_ragged_batch"),
-    ('batch_input [{ kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_INT32 source_input: "R" }]',
-     "batch_input"),
     ('sequence_batching { direct { minimum_slot_utilization: 0.5 } }',
      "sequence_batching.direct.minimum_slot_utilization"),
     ('ensemble_scheduling { step [{ model_name: "a" model_version: -1 model_namespace: "ns" }] }',
