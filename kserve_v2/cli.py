@@ -31,6 +31,7 @@ from kserve_v2 import __version__
 from kserve_v2.host.allocator import huge_page_environment, this_host
 from kserve_v2.host.cpus import usable_cpus
 from kserve_v2.observability.log_settings import log_to_stderr
+from kserve_v2.repository.remote import repository_argument
 from kserve_v2.scheduling import rate_limiter
 from kserve_v2.settings.cache_config import parse_cache_config
 from kserve_v2.settings.metrics_config import MetricsConfig, parse_metrics_config
@@ -96,8 +97,10 @@ def _parser() -> argparse.ArgumentParser:
 
     repos = os.environ.get(ENV_PREFIX + "MODEL_REPOSITORY")
     serve.add_argument(
-        "--model-repository", *TRITON_ALIASES["--model-repository"], action="append", type=Path, default=None, metavar="DIR",
-        help="model repository folder: <DIR>/<model>/[config.pbtxt] <version>/model.onnx; repeat for several "
+        "--model-repository", *TRITON_ALIASES["--model-repository"], action="append", type=repository_argument, default=None,
+        metavar="DIR",
+        help="model repository folder: <DIR>/<model>/[config.pbtxt] <version>/model.onnx, or s3://, gs:// or as:// "
+        "URL (Triton's forms; pip install kserve_v2[s3|gcs|azure]); repeat for several "
         f"(env {ENV_PREFIX}MODEL_REPOSITORY, ':'-separated)" + (f" [env: {repos}]" if repos else ""),
     )
     flag("grpc-address", defaults.grpc_address, "address the gRPC server binds")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.protocol.errors import InvalidInput
+from kserve_v2.repository import remote
 
 MAX_NAME_BYTES = 255
 
@@ -37,8 +38,14 @@ def validate_model_name(name: str) -> str:
 
 def unreadable(repositories: Iterable[Path]) -> str:
     """Why the first repository that cannot be listed cannot be (a missing folder, a file, no
-    permission), or "" when every one can."""
+    permission; for a remote repository's mirror, why its store cannot be listed), or "" when every one can."""
     for repo in repositories:
+        store = remote.mirrored(repo)
+        if store is not None:
+            reason = store.check()
+            if reason:
+                return reason
+            continue
         if not repo.is_dir():
             return f"model repository '{repo}' is not a directory"
         try:
@@ -49,9 +56,15 @@ def unreadable(repositories: Iterable[Path]) -> str:
 
 
 def model_dirs(repositories: Iterable[Path]) -> dict[str, list[Path]]:
-    """Every subdirectory of every repository, by name (a name in two repositories is ambiguous)."""
+    """Every subdirectory of every repository, by name (a name in two repositories is ambiguous); for a
+    remote repository's mirror, every model folder of the store's listing (downloaded or not: ``remote``)."""
     found: dict[str, list[Path]] = {}
     for repo in repositories:
+        store = remote.mirrored(repo)
+        if store is not None:
+            for name in sorted(store.listing()):
+                found.setdefault(name, []).append(repo / name)
+            continue
         for child in sorted(repo.iterdir()):
             if child.is_dir() and not child.name.startswith("."):
                 found.setdefault(child.name, []).append(child)

@@ -27,7 +27,7 @@ from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.models.lifecycle import State
 from kserve_v2.models.version import ModelVersion
 from kserve_v2.protocol.errors import InternalError, InvalidInput, ServerError
-from kserve_v2.repository import layout
+from kserve_v2.repository import layout, remote
 from kserve_v2.repository.loader import LoadResult, load_model
 from kserve_v2.scheduling import ensemble
 from kserve_v2.scheduling.ensemble_scheduler import EnsembleScheduler
@@ -116,6 +116,8 @@ class ModelManager(ModelRecords):
         overrides = overrides or LoadOverrides()
         async with self._locked(name):
             folder = self._folder(name, overrides)
+            if not overrides.files:  # a remote repository's model folder is downloaded first
+                await asyncio.to_thread(remote.fetch_model, folder)
             try:
                 overrides, kept = self._poll(name, folder, overrides)
                 record = self._records.setdefault(name, ModelRecord(name))

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 
 from kserve_v2.protocol.errors import ServerError
-from kserve_v2.repository import layout
+from kserve_v2.repository import layout, remote
 from kserve_v2.repository.manager import ModelManager
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,10 @@ def snapshot(repositories: list[Path]) -> Snapshot:
 
 def _files(dirs: list[Path]) -> Iterator[tuple[str, int, int]]:
     for folder in dirs:
+        store = remote.mirrored(folder.parent)
+        if store is not None:  # a remote repository: the store's listing (ETags for mtimes), nothing downloaded
+            yield from store.fingerprints(folder.name)
+            continue
         for root, _, names in os.walk(folder):
             for file in names:
                 path = Path(root, file)
