@@ -25,6 +25,7 @@ from typing import Any
 from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry, ProcessCollector, disable_created_metrics
 
+from kserve_v2.backend.custom_metrics import CUSTOM_METRICS
 from kserve_v2.grpc.server import SERVICE_NAME, build_server
 from kserve_v2.models.lifecycle import State
 from kserve_v2.observability.cpu_metrics import CpuCollector
@@ -76,6 +77,7 @@ class App:
             registry = CollectorRegistry()
             ProcessCollector(registry=registry)  # process CPU seconds, resident and virtual memory
             metrics = InferenceMetrics(registry, settings.metrics_config)
+            registry.register(CUSTOM_METRICS)  # families model code creates (pb_utils.MetricFamily)
             if gpus and settings.allow_gpu_metrics:
                 registry.register(GpuCollector())
             if settings.allow_cpu_metrics:
@@ -158,6 +160,7 @@ class App:
     async def run(self) -> int:
         """Serve until SIGTERM or SIGINT; returns the exit code."""
         loop = asyncio.get_running_loop()
+        self.service.calls.loop = loop  # model code's calls (kserve_v2.backend.local_calls) run on this loop
         stop = self._stop
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)

@@ -23,6 +23,8 @@ import numpy as np
 from kserve_v2.codec.messages import InferResponse
 from kserve_v2.protocol.errors import ServerError, Unavailable
 
+# a response parameter's value (``kserve_v2.backend.Parameter``, which imports this module)
+Parameter = bool | int | float | str
 CLOSED = "Unable to send response. Response sender has been closed."  # Triton's python backend text
 
 
@@ -35,12 +37,14 @@ class Sent:
         error: the response's error, or None.
         final: whether it is the request's last response.
         sent_ns: when it was sent (``time.perf_counter_ns``).
+        parameters: the response's own parameters (a python model's ``InferenceResponse(parameters=)``), or None.
     """
 
     outputs: dict[str, np.ndarray] | None
     error: ServerError | None
     final: bool
     sent_ns: int
+    parameters: dict[str, Parameter] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +94,10 @@ class ResponseStream:
         """Whether the request was cancelled: its caller went away; further responses are dropped."""
         return self._cancelled
 
-    def send(self, outputs: dict[str, np.ndarray] | None, error: ServerError | None = None, final: bool = False) -> None:
-        """Send one response, or (``outputs`` and ``error`` None) only the final flag; any thread. After
-        the request was cancelled, what is sent is dropped.
+    def send(self, outputs: dict[str, np.ndarray] | None, error: ServerError | None = None, final: bool = False,
+             parameters: dict[str, Parameter] | None = None) -> None:
+        """Send one response (with its own ``parameters``, if any), or (``outputs`` and ``error`` None)
+        only the final flag; any thread. After the request was cancelled, what is sent is dropped.
 
         Raises:
             Unavailable: the final flag was sent already (Triton's text: "Unable to send response.
@@ -108,7 +113,7 @@ class ResponseStream:
                 self.sent += 1
         if self._loop.is_closed():
             return
-        item = Sent(outputs, error, final, time.perf_counter_ns())
+        item = Sent(outputs, error, final, time.perf_counter_ns(), parameters)
         try:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
         except RuntimeError:  # the loop closed meanwhile: the server is gone, and so is the reader

@@ -17,37 +17,96 @@ import concurrent.futures
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 
+from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend.decoupled import Streamed
 from kserve_v2.codec.messages import InferRequest, InferResponse
-from kserve_v2.protocol.errors import InvalidInput, Unavailable
+from kserve_v2.protocol.errors import Cancelled, InvalidInput, Unavailable
 from kserve_v2.protocol.statistics import RequestReport
 
 # The models whose executions wait for the request being made in this context, outermost first.
 CALLERS: ContextVar[tuple[str, ...]] = ContextVar("kserve_v2_callers", default=())
 # The most callers one request may have: deeper nesting is refused (a runaway recursion).
 MAX_CALL_DEPTH = 16
+CALL_CANCELLED = "the request was cancelled by the model that sent it"
 NOT_SERVING = "the server is not serving requests: business logic scripting calls need its event loop"
 
 Infer = Callable[[InferRequest], Awaitable[tuple[InferResponse, RequestReport]]]
 Stream = Callable[[InferRequest], AsyncIterator[Streamed]]
+Load = Callable[[pb.RepositoryModelLoadRequest], Awaitable[object]]
+Unload = Callable[[pb.RepositoryModelUnloadRequest], Awaitable[object]]
+Ready = Callable[[pb.ModelReadyRequest], pb.ModelReadyResponse]
+
+
+async def _awaited(call: Awaitable[object]) -> object:
+    return await call
 
 
 class LocalCalls:
-    """The server's inference calls as model code makes them from an instance thread.
+    """The server's inference calls, and its model control calls, as model code makes them from an
+    instance thread.
 
     Args:
         infer: the one inference call (``InferenceService.model_infer_reported``).
         stream: the call that yields every response of a request (``InferenceService.model_stream``).
+        load, unload: the model repository extension's load and unload (with ``--workers N``, on every
+            replica), which refuse them outside explicit model control mode; None: refused.
+        ready: the model readiness call (``InferenceService.model_ready``); None: refused.
 
     Attributes:
-        loop: the event loop the calls run on (set by the service when it serves its first request).
+        loop: the event loop the calls run on (set by the service when it serves its first request,
+            and by the app when it starts serving).
+        process: the last ``LocalCalls`` made in this process (the server's), for model code that
+            runs outside a request (the model loading API in ``initialize``).
     """
 
-    def __init__(self, infer: Infer, stream: Stream) -> None:
+    process: LocalCalls | None = None
+
+    def __init__(self, infer: Infer, stream: Stream, load: Load | None = None, unload: Unload | None = None,
+                 ready: Ready | None = None) -> None:
         self._infer = infer
         self._stream = stream
+        self._load, self._unload, self._ready = load, unload, ready
         self.loop: asyncio.AbstractEventLoop | None = None
+        LocalCalls.process = self
+
+    def load(self, request: pb.RepositoryModelLoadRequest) -> concurrent.futures.Future[object]:
+        """Load (or reload) a model as the repository extension's load does; its future (any thread
+        but the loop's).
+
+        Raises:
+            Unavailable: no loop serves requests yet; or the server has no model control here.
+        """
+        load = self._load
+        if load is None:
+            raise Unavailable("this server has no model control for model code")
+        return asyncio.run_coroutine_threadsafe(_awaited(load(request)), self._serving())
+
+    def unload(self, request: pb.RepositoryModelUnloadRequest) -> concurrent.futures.Future[object]:
+        """Unload a model as the repository extension's unload does; its future (any thread but the loop's).
+
+        Raises:
+            Unavailable: no loop serves requests yet; or the server has no model control here.
+        """
+        unload = self._unload
+        if unload is None:
+            raise Unavailable("this server has no model control for model code")
+        return asyncio.run_coroutine_threadsafe(_awaited(unload(request)), self._serving())
+
+    def ready(self, request: pb.ModelReadyRequest) -> bool:
+        """Whether a model (version) is ready, read on the loop (any thread but the loop's).
+
+        Raises:
+            Unavailable: no loop serves requests yet; or the server has no readiness call here.
+        """
+        ready = self._ready
+        if ready is None:
+            raise Unavailable("this server has no model readiness call for model code")
+
+        async def call() -> bool:
+            return ready(request).ready
+
+        return asyncio.run_coroutine_threadsafe(call(), self._serving()).result()
 
     def infer(self, request: InferRequest, callers: tuple[str, ...]) -> concurrent.futures.Future[InferResponse]:
         """Send ``request`` on behalf of ``callers`` (any thread but the loop's); its future response.
@@ -66,7 +125,8 @@ class LocalCalls:
                deliver: Callable[[Streamed], None]) -> concurrent.futures.Future[None]:
         """Send ``request`` on behalf of ``callers`` and hand each of its responses to ``deliver``
         (called on the loop), the last one final; a failure before any response is delivered as a
-        final error. Any thread but the loop's.
+        final error. Any thread but the loop's. Cancelling the returned future cancels the request
+        (the callee's ``ResponseStream`` turns cancelled) and delivers a final CANCELLED error.
 
         Raises:
             Unavailable: no loop serves requests yet.
@@ -78,6 +138,10 @@ class LocalCalls:
                 async for item in self._stream(request):
                     final = item.final
                     deliver(item)
+            except asyncio.CancelledError:  # the caller cancelled the call: the callee's request is cancelled
+                if not final:
+                    deliver(Streamed(None, Cancelled(CALL_CANCELLED), True))
+                raise
             except Exception as err:  # noqa: BLE001 - the caller reads it as an error response
                 if not final:
                     deliver(Streamed(None, err, True))

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import Executable, Execution, RequestContext, ResponseStream
+from kserve_v2.backend import Executable, Execution, Parameter, RequestContext, ResponseStream
 from kserve_v2.codec.messages import Buffer, InferRequest, InputTensor, RequestHeader
 from kserve_v2.protocol import datatypes
 from kserve_v2.protocol.datatypes import BYTES, DType
@@ -199,9 +199,10 @@ class _Stream(ResponseStream):
         self._errors: list[str] = []
         self._final = threading.Event()
 
-    def send(self, outputs: dict[str, np.ndarray] | None, error: ServerError | None = None, final: bool = False) -> None:
+    def send(self, outputs: dict[str, np.ndarray] | None, error: ServerError | None = None, final: bool = False,
+             parameters: dict[str, Parameter] | None = None) -> None:
         """Keep the response's error; see ``ResponseStream.send``."""
-        super().send(outputs, error, final)
+        super().send(outputs, error, final, parameters)
         if error is not None:
             self._errors.append(str(error))
         if final:

@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from kserve_v2.backend.decoupled import ResponseStream, Sent, Streamed
-from kserve_v2.codec.messages import InferRequest, InferResponse
+from kserve_v2.codec.messages import InferRequest, InferResponse, parameter
 from kserve_v2.models.version import ModelVersion
 from kserve_v2.observability.metrics import V2_API
 from kserve_v2.protocol.statistics import RequestReport
@@ -133,6 +133,8 @@ def _streamed(request: InferRequest, model: ModelVersion, sent: Sent, index: int
     started = time.perf_counter_ns()
     try:
         response = encode(request, model, sent.outputs)
+        if sent.parameters:
+            response.parameters.update({key: parameter(value) for key, value in sent.parameters.items()})
     except Exception as err:  # noqa: BLE001 - an output the response cannot carry fails this response only
         stats.record_response(index, "fail", sent.sent_ns - last_ns, time.perf_counter_ns() - started)
         return Streamed(None, err, sent.final)

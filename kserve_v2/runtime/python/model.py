@@ -21,6 +21,7 @@ import numpy as np
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext
 from kserve_v2.backend.cancellation import current
+from kserve_v2.backend.custom_metrics import CUSTOM_METRICS
 from kserve_v2.backend.decoupled import CLOSED, ResponseStream
 from kserve_v2.backend.text import TextContract
 from kserve_v2.protocol import datatypes
@@ -106,6 +107,7 @@ class PythonModel:
         self._free: queue.SimpleQueue[tuple[Any, str]] = queue.SimpleQueue()
         self._instances: list[tuple[Any, str]] = []
         self._loops: dict[str, asyncio.AbstractEventLoop] = {}
+        self._owner = object()  # the custom metric families the version creates are its (released at close)
         text = config_json(config)
         for group in config.instance_group:
             for index in range(group.count):
@@ -115,7 +117,7 @@ class PythonModel:
                         "model_instance_name": instance_name, "model_instance_device_id": str(device),
                         "model_repository": str(model_dir), "model_version": str(version), "model_name": config.name}
                 instance = model_class()
-                with running_as(Running(folder, None, ())):
+                with running_as(Running(folder, None, (), self._owner)):
                     try:
                         if hasattr(instance, "initialize"):
                             instance.initialize(args)
@@ -151,7 +153,7 @@ class PythonModel:
         calls = next((c.calls for c in contexts if c.calls is not None), None)
         instance, instance_name = self._free.get()
         try:
-            now = Running(self._folder, calls, callers)
+            now = Running(self._folder, calls, callers, self._owner)
             with running_as(now):
                 returned = instance.execute(requests)
             if inspect.iscoroutine(returned):
@@ -231,7 +233,8 @@ class PythonModel:
         missing = [name for name in output_names if name not in outputs]
         if missing:
             return InternalError(f"python model '{self.name}' gave no output {missing[0]!r}, which the request asks for")
-        return Execution([outputs[name] for name in output_names], executions=int(first))
+        return Execution([outputs[name] for name in output_names], executions=int(first),
+                         parameters=dict(response.parameter_values()) or None)
 
     def _loop(self, instance_name: str) -> asyncio.AbstractEventLoop:
         """The instance's event loop for ``async def execute``, started on its own daemon thread."""
@@ -243,7 +246,7 @@ class PythonModel:
 
     def close(self) -> None:
         """Call each instance's ``finalize`` (errors are logged) and close the instance threads' loops."""
-        with running_as(Running(self._folder, None, ())):
+        with running_as(Running(self._folder, None, (), self._owner)):
             for instance, instance_name in self._instances:
                 if hasattr(instance, "finalize"):
                     try:
@@ -251,6 +254,7 @@ class PythonModel:
                     except (Exception, SystemExit) as err:  # noqa: BLE001 - unloading goes on
                         log.error("finalize of python model '%s' failed", instance_name, exc_info=err)
         self._instances.clear()
+        CUSTOM_METRICS.release(self._owner)  # its metric families go with it (Triton's python backend)
         for loop in self._loops.values():
             loop.call_soon_threadsafe(loop.stop)
         self._loops.clear()
@@ -336,7 +340,7 @@ class _Answer:
         elif error is not None:
             stream.send(None, error.as_server_error(), final)
         else:
-            stream.send(self._model.outputs_of(response), None, final)
+            stream.send(self._model.outputs_of(response), None, final, dict(response.parameter_values()) or None)
 
     def answer(self, returned: InferenceResponse | None, instance_name: str) -> InferenceResponse | ServerError:
         """The request's one response once execute returned ``returned`` for it: a response sent

@@ -5,16 +5,21 @@ API, its "Python Backend" documentation): the module a ``model.py`` imports as `
 are plain Python objects over numpy arrays (no stub process, no shared memory); a request a model
 builds itself (business logic scripting) runs through the server's one inference call
 (``kserve_v2.backend.local_calls``) with ``exec`` or ``async_exec``; a decoupled model answers through
-``InferenceRequest.get_response_sender``. Names, signatures, constants and error texts are Triton's.
+``InferenceRequest.get_response_sender``. A model's ``MetricFamily`` series are exported in the
+server's ``/metrics`` (``kserve_v2.backend.custom_metrics``); ``load_model``, ``unload_model`` and
+``is_model_ready`` are the server's model repository calls (``LocalCalls``). Names, signatures,
+constants and error texts are Triton's.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import enum
 import json
 import logging
 import queue
 import struct
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
@@ -22,10 +27,13 @@ from typing import Any
 
 import numpy as np
 
+from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.backend import Parameter
+from kserve_v2.backend.custom_metrics import CUSTOM_METRICS, CustomMetric, MetricError, MetricKind
 from kserve_v2.backend.decoupled import Streamed
 from kserve_v2.backend.local_calls import LocalCalls
 from kserve_v2.codec.messages import InferRequest, RequestedOutput, RequestHeader, parameter
+from kserve_v2.protocol.errors import Unavailable
 from kserve_v2.runtime.python.config import ModelConfig, tensor_config
 from kserve_v2.runtime.python.tensors import (TRITON_TYPES, InferenceResponse, MemoryType, Tensor, TritonError,
                                               TritonModelException, add_input, numpy_to_triton_type, response_of)
@@ -63,6 +71,7 @@ class Running:
     model_dir: str
     calls: LocalCalls | None
     callers: tuple[str, ...]
+    owner: object = None  # the loaded version (its custom metric families go when it unloads); None: none
 
 
 # set by the backend around initialize, execute and finalize (threads a model starts see the last execute)
@@ -70,6 +79,8 @@ RUNNING: ContextVar[Running | None] = ContextVar("kserve_v2_python_running", def
 _last: list[Running] = []
 # Triton's text for a BLS request outside execute (python_backend src/infer_request.cc)
 BLS_OUTSIDE_EXECUTE = "BLS is only supported during the 'execute' function."
+# Triton's text for a request whose timeout expired (its core's scheduler queue)
+TIMEOUT_EXPIRED = "Request timeout expired"
 
 
 def enter(now: Running) -> Token[Running | None]:
@@ -213,12 +224,19 @@ class InferenceRequest:
     def exec(self, decoupled: bool = False) -> Any:
         """Run this request on its model and wait: its response (an error is the response's, not
         raised), or with ``decoupled`` an iterator of its responses, the last one final (empty when
-        the model sent the final flag alone)."""
+        the model sent the final flag alone). A ``timeout`` (microseconds, Triton's python backend
+        README) that expires first cancels the request and answers Triton's "Request timeout expired"
+        (``TritonError.UNAVAILABLE``); the request also carries it as its ``timeout`` parameter (the
+        callee's queue policy reads it)."""
         calls, message, callers = self._sending()
         if decoupled:
-            return _ResponseIterator(calls, message, callers)
+            return _ResponseIterator(calls, message, callers, self._timeout)
+        future = calls.infer(message, callers)
         try:
-            return response_of(calls.infer(message, callers).result())
+            return response_of(future.result(self._timeout / 1e6 if self._timeout > 0 else None))
+        except concurrent.futures.TimeoutError:
+            future.cancel()  # the callee's request is cancelled
+            return InferenceResponse(error=TritonError.of(Unavailable(TIMEOUT_EXPIRED)))
         except Exception as err:  # noqa: BLE001 - Triton answers a failed BLS request with an error response
             return InferenceResponse(error=TritonError.of(err))
 
@@ -229,9 +247,14 @@ class InferenceRequest:
 
         calls, message, callers = self._sending()
         if decoupled:
-            return _ResponseIterator(calls, message, callers)
+            return _ResponseIterator(calls, message, callers, self._timeout)
+        future = calls.infer(message, callers)
         try:
-            return response_of(await asyncio.wrap_future(calls.infer(message, callers)))
+            return response_of(await asyncio.wait_for(asyncio.wrap_future(future),
+                                                      self._timeout / 1e6 if self._timeout > 0 else None))
+        except TimeoutError:
+            future.cancel()
+            return InferenceResponse(error=TritonError.of(Unavailable(TIMEOUT_EXPIRED)))
         except Exception as err:  # noqa: BLE001 - as exec
             return InferenceResponse(error=TritonError.of(err))
 
@@ -262,6 +285,8 @@ class InferenceRequest:
             parameters["sequence_start"] = parameter(True)
         if self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
             parameters["sequence_end"] = parameter(True)
+        if self._timeout > 0:
+            parameters["timeout"] = parameter(self._timeout)
         version = str(self._model_version) if self._model_version > 0 else ""
         message = InferRequest(RequestHeader(self._model_name, version, parameters, [],
                                              [RequestedOutput(name) for name in self._outputs]), self._id)
@@ -286,20 +311,46 @@ def received(request_id: str, correlation_id: int | str, flags: int, parameters:
 
 
 class _ResponseIterator:
-    """The responses of a BLS request to a decoupled model, as they come (Triton's ``ResponseIterator``)."""
+    """The responses of a BLS request to a decoupled model, as they come (Triton's ``ResponseIterator``).
+    ``cancel`` cancels the request (Triton's python backend README, "Cancelling decoupled BLS
+    requests"): the callee's ``is_cancelled()`` turns true and the iterator ends with a CANCELLED
+    error response. A ``timeout`` (microseconds) counts from the call to the final response: when it
+    expires first, the request is cancelled and the iterator ends with "Request timeout expired"."""
 
-    def __init__(self, calls: LocalCalls, message: InferRequest, callers: tuple[str, ...]) -> None:
+    def __init__(self, calls: LocalCalls, message: InferRequest, callers: tuple[str, ...], timeout_us: int = 0) -> None:
         self._items: queue.SimpleQueue[Streamed] = queue.SimpleQueue()
         self._done = False
-        calls.stream(message, callers, self._items.put)
+        self._deadline = time.monotonic() + timeout_us / 1e6 if timeout_us > 0 else None
+        self._future = calls.stream(message, callers, self._items.put)
 
     def __iter__(self) -> Iterator[InferenceResponse]:
         return self
 
+    def __aiter__(self) -> _ResponseIterator:
+        return self
+
+    async def __anext__(self) -> InferenceResponse:
+        import asyncio
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, self.__next__)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    def cancel(self) -> None:
+        """Cancel the request (any time; after its final response, nothing happens)."""
+        self._future.cancel()
+
     def __next__(self) -> InferenceResponse:
         if self._done:
             raise StopIteration
-        item = self._items.get()
+        try:
+            wait = None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
+            item = self._items.get(timeout=wait)
+        except queue.Empty:
+            self._future.cancel()
+            self._done = True
+            return InferenceResponse(error=TritonError.of(Unavailable(TIMEOUT_EXPIRED)))
         self._done = item.final
         if item.error is not None:
             return InferenceResponse(error=TritonError.of(item.error))
@@ -392,14 +443,161 @@ def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
     return np.array(items, dtype=np.object_)
 
 
-def _not_here(what: str) -> Callable[..., Any]:
-    def refuse(*_: Any, **__: Any) -> Any:
-        raise TritonModelException(f"{what} is not supported by this server")
+def _control() -> tuple[LocalCalls, tuple[str, ...]]:
+    """The server's calls for the model loading API, and the models on the calling chain."""
+    now = RUNNING.get() or (_last[0] if _last else None)
+    calls = (now.calls if now is not None else None) or LocalCalls.process
+    if calls is None:
+        raise TritonModelException("the model loading API needs a running server")
+    return calls, now.callers if now is not None else ()
 
-    return refuse
+
+def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
+    """Load (or reload) ``model_name`` (Triton's python backend README, "Model Loading API"): with
+    ``config``, a model configuration in JSON that replaces the repository's; with ``files``
+    (``"file:<path>"`` -> content), the model folder to load it from (``config`` required). Waits
+    for the load; only in explicit model control mode. Not in ``auto_complete_config`` or
+    ``finalize`` (Triton's rule: it may deadlock there).
+
+    Raises:
+        TritonModelException: "Failed to load model: <reason>" with the repository extension's text
+            (outside explicit mode: "explicit model load / unload is not allowed if polling is
+            enabled"); files that are not a dict of bytes (Triton's text).
+    """
+    if files is not None and not isinstance(files, dict):
+        raise TritonModelException(f"Failed to load model: failed to load model '{model_name}', files should be a "
+                                   "dictionary of file paths and file contents")
+    request = pb.RepositoryModelLoadRequest(model_name=model_name)
+    if config:
+        request.parameters["config"].string_param = config
+    for path, content in (files or {}).items():
+        request.parameters[path].bytes_param = bytes(content)
+    calls, _ = _control()
+    try:
+        calls.load(request).result()
+    except Exception as err:  # noqa: BLE001 - the model sees Triton's wrapped text
+        raise TritonModelException(f"Failed to load model: {err}") from None
 
 
-load_model = _not_here("pb_utils.load_model (model control from a python model)")
-unload_model = _not_here("pb_utils.unload_model (model control from a python model)")
-is_model_ready = _not_here("pb_utils.is_model_ready")
-MetricFamily = _not_here("pb_utils.MetricFamily (custom metrics)")
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
+    """Unload ``model_name`` (with ``unload_dependents``, an ensemble's composing models no other
+    ensemble uses); only in explicit model control mode. Waits until it is unloaded, except for a
+    model whose request waits in this call (the model itself, or one calling it): then it returns
+    at once, and the model unloads once its requests finish (Triton's unload does not wait).
+
+    Raises:
+        TritonModelException: "Failed to unload model: <reason>" (outside explicit mode: "explicit
+            model load / unload is not allowed if polling is enabled").
+    """
+    request = pb.RepositoryModelUnloadRequest(model_name=model_name)
+    if unload_dependents:
+        request.parameters["unload_dependents"].bool_param = True
+    calls, callers = _control()
+    try:
+        future = calls.unload(request)
+        if model_name not in callers:
+            future.result()
+    except Exception as err:  # noqa: BLE001 - as load_model
+        raise TritonModelException(f"Failed to unload model: {err}") from None
+
+
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
+    """Whether ``model_name`` (version ``model_version``; "": the server's choice) is loaded and ready.
+
+    Raises:
+        TritonModelException: a version that is not an integer > 0 (Triton's text).
+    """
+    if model_version:
+        try:
+            valid = int(model_version) > 0
+        except ValueError as err:
+            raise TritonModelException(f"Failed to check model readiness: failed to get model version from specified "
+                                       f"version string '{model_version}' (details: {err}), version should be an "
+                                       "integral value > 0") from None
+        if not valid:
+            raise TritonModelException("Failed to check model readiness: failed to get model version from specified "
+                                       f"version string '{model_version}', version should be an integral value > 0")
+    calls, _ = _control()
+    try:
+        return calls.ready(pb.ModelReadyRequest(name=model_name, version=model_version))
+    except Exception as err:  # noqa: BLE001 - as load_model
+        raise TritonModelException(f"Failed to check model readiness: {err}") from None
+
+
+class Metric:
+    """One labelled series of a ``MetricFamily`` (Triton's python backend README, "Custom Metrics"):
+    ``increment`` (counter, gauge), ``set`` (gauge), ``observe`` (histogram), ``value`` (counter, gauge).
+
+    Raises:
+        TritonModelException: an operation the family's kind has not, or a negative counter increment
+            (Triton's texts, e.g. "Failed to set metric value: TRITONSERVER_METRIC_KIND_COUNTER does not
+            support Set").
+    """
+
+    def __init__(self, metric: CustomMetric) -> None:
+        self._metric = metric
+
+    def increment(self, value: float) -> None:
+        self._call("Failed to increment metric value: ", self._metric.increment, value)
+
+    def set(self, value: float) -> None:
+        self._call("Failed to set metric value: ", self._metric.set, value)
+
+    def observe(self, value: float) -> None:
+        self._call("Failed to observe metric value: ", self._metric.observe, value)
+
+    def value(self) -> float:
+        try:
+            return self._metric.value()
+        except MetricError as err:
+            raise TritonModelException(f"Failed to get metric value: {err}") from None
+
+    @staticmethod
+    def _call(prefix: str, operation: Callable[[float], None], value: float) -> None:
+        try:
+            operation(float(value))
+        except MetricError as err:
+            raise TritonModelException(f"{prefix}{err}") from None
+
+
+class MetricFamily:
+    """A custom metric family in the server's ``/metrics`` (Triton's python backend README, "Custom
+    Metrics"): ``MetricFamily(name, description, kind)`` with ``kind`` ``MetricFamily.COUNTER``,
+    ``GAUGE`` or ``HISTOGRAM``; its series come from ``Metric(labels=, buckets=)`` (buckets: a
+    histogram's upper bounds, required for it and refused for the others). Created in
+    ``initialize``, ``execute`` or ``finalize`` (or a thread the model started); the family lives until
+    the model version unloads. With ``--workers N`` the replicas' series are summed, as the built-in
+    families'.
+
+    Raises:
+        TritonModelException: an unknown kind; a name another kind has; outside a model (Triton's
+            "Error when creating MetricFamily: ..." texts); ``Metric`` with labels that are not a
+            dict, buckets that are not a list, missing or unexpected buckets.
+    """
+
+    COUNTER = MetricKind.COUNTER
+    GAUGE = MetricKind.GAUGE
+    HISTOGRAM = MetricKind.HISTOGRAM
+
+    def __init__(self, name: str, description: str, kind: MetricKind) -> None:
+        if not isinstance(kind, MetricKind):
+            raise TritonModelException("Error when creating MetricFamily: Unsupported kind passed to MetricFamily "
+                                       "constructor.")
+        owner = running().owner
+        if owner is None:
+            raise TritonModelException("Error when creating MetricFamily: a metric family can only be created in "
+                                       "initialize, execute or finalize")
+        try:
+            self._family = CUSTOM_METRICS.family(name, description, kind, owner)
+        except MetricError as err:
+            raise TritonModelException(str(err)) from None
+
+    def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:  # noqa: N802
+        if labels is not None and not isinstance(labels, dict):
+            raise TritonModelException("Failed to create metric. Labels must be a dictionary.")
+        if buckets is not None and not isinstance(buckets, list):
+            raise TritonModelException("Failed to create metric. Buckets must be a list.")
+        try:
+            return Metric(self._family.metric(labels or {}, buckets))
+        except MetricError as err:
+            raise TritonModelException(str(err)) from None

@@ -6,6 +6,7 @@ a business logic scripting request travels in.
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -156,11 +157,28 @@ class Tensor:
 
 
 class InferenceResponse:
-    """A response: output tensors, or an error."""
+    """A response: output tensors, or an error, and its parameters (Triton's python backend README,
+    "Inference Response Parameters": a dict of str -> bool, int or str, which reaches the client as the
+    response's ``parameters``, in ``generate`` as keys of the answer).
 
-    def __init__(self, output_tensors: Sequence[Tensor] | None = None, error: TritonError | None = None) -> None:
+    Raises:
+        TritonModelException: ``parameters`` that is not a dict, or has a key that is not str or a value
+            that is not bool, int or str (Triton's texts); the request then fails with INTERNAL / 500.
+    """
+
+    def __init__(self, output_tensors: Sequence[Tensor] | None = None, error: TritonError | None = None,
+                 parameters: dict[str, bool | int | str] | None = None) -> None:
         self._outputs = list(output_tensors or [])
         self._error = error
+        self._parameters = checked_parameters(parameters)
+
+    def parameters(self) -> str:
+        """The response's parameters as JSON text ("{}" when it has none)."""
+        return json.dumps(self._parameters)
+
+    def parameter_values(self) -> dict[str, bool | int | str]:
+        """The response's parameters (the server reads them to answer the request)."""
+        return self._parameters
 
     def output_tensors(self) -> list[Tensor]:
         return self._outputs
@@ -170,6 +188,24 @@ class InferenceResponse:
 
     def error(self) -> TritonError | None:
         return self._error
+
+
+def checked_parameters(parameters: Any) -> dict[str, bool | int | str]:
+    """``parameters`` of a response or request as Triton's binding checks them (None: none).
+
+    Raises:
+        TritonModelException: not a dict; a key not str; a value not bool, int or str (Triton's texts).
+    """
+    if parameters is None:
+        return {}
+    if not isinstance(parameters, dict):
+        raise TritonModelException(f"Expect dict, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(f"Expect parameters keys to have type str, found type {type(key)}")
+        if not isinstance(value, bool | int | str):
+            raise TritonModelException(f"Expect parameters values to have type bool/int/str, found type {type(value)}")
+    return dict(parameters)
 
 
 def numpy_to_triton_type(data_type: Any) -> int | None:
@@ -195,4 +231,5 @@ def response_of(response: InferResponse) -> InferenceResponse:
         dtype = datatypes.BY_V2[described.datatype]
         data = raw.toreadonly() if isinstance(raw, memoryview) else raw  # a view of the answering model's array
         outputs.append(Tensor(described.name, from_raw(data, dtype, list(described.shape), f"output '{described.name}'")))
-    return InferenceResponse(outputs)
+    parameters = {key: value.value for key, value in response.parameters.items() if isinstance(value.value, bool | int | str)}
+    return InferenceResponse(outputs, parameters=parameters)
