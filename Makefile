@@ -6,7 +6,7 @@ SHARED ?= ../shared
 REPO ?= examples/model_repository
 PROTO_OUT := kserve_v2/_proto
 
-.PHONY: venv openvino browser proto examples models serve test unit fuzz bench clean
+.PHONY: venv openvino azurite browser proto examples models serve test unit fuzz bench clean
 
 # One environment holds the server, the code generator and the test clients (tritonclient).
 $(BIN)/kserve-v2: pyproject.toml constraints.txt
@@ -25,6 +25,16 @@ $(OPENVINO_ORT)/onnxruntime/__init__.py: constraints.txt | venv
 	touch $@
 
 openvino: $(OPENVINO_ORT)/onnxruntime/__init__.py
+
+# Azurite, Microsoft's Azure Storage emulator (npm), for the as:// tests of tests/server/test_object_storage.py:
+# in the venv's folder, so `make clean` removes it and git ignores it. Without npm those tests are skipped.
+AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
+$(AZURITE): | venv
+	@command -v npm >/dev/null || { echo "npm not found: the Azurite (as://) tests will be skipped"; exit 0; }; \
+	  npm install --silent --no-audit --no-fund --prefix $(VENV)/azurite azurite@3.35.0 && touch $@ \
+	  || echo "npm could not install Azurite: the Azurite (as://) tests will be skipped"
+
+azurite: $(AZURITE)
 
 # Headless Chromium for the test that renders /docs (Debian's package; root or sudo needed once).
 browser:
@@ -49,7 +59,7 @@ models: venv
 serve: venv
 	$(BIN)/kserve-v2 serve --model-repository $(REPO)
 
-test: venv openvino browser
+test: venv openvino azurite browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The unit layer alone (no server, no tritonclient), in seconds; `make test` runs it too.

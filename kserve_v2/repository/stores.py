@@ -9,15 +9,18 @@ Repository Locations", and ``src/filesystem/`` of triton-inference-server/core):
 Each library is an optional extra of the package (``pip install kserve_v2[s3]``, ``[gcs]``, ``[azure]``).
 Credentials come from where Triton takes them: the AWS environment variables and config files (botocore's
 chain); ``GOOGLE_APPLICATION_CREDENTIALS``, else the attached service account, else anonymous access;
-``AZURE_STORAGE_ACCOUNT`` / ``AZURE_STORAGE_KEY``, else Azure's default credentials. No secret is ever
-part of a text made here (``redact``).
+``AZURE_STORAGE_ACCOUNT`` / ``AZURE_STORAGE_KEY``, else Azure's default credentials. ``AZURE_STORAGE_CONNECTION_STRING``
+(the Azure SDK's variable; not Triton's), when set, is used instead for ``as://``: its ``BlobEndpoint=`` points at an
+emulator such as Azurite or a private endpoint. No secret is ever part of a text made here (``redact``).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import re
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +32,10 @@ S3_ENDPOINT = re.compile(r"s3://(http://|https://|)([0-9a-zA-Z\-.]+):([0-9]+)/([
 # get_file's options per store: s3fs reads a large object in parts held whole in memory (50 MiB each, several at
 # once) unless it reads one stream, 64 KiB at a time (max_concurrency 1). gcsfs and adlfs stream in small blocks.
 DOWNLOAD_OPTIONS: dict[str, dict[str, int]] = {"s3": {"max_concurrency": 1}}
-SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_KEY")
+SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_KEY", "AZURE_STORAGE_CONNECTION_STRING",
+                    "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_CLIENT_SECRET")
+# the secret parts of an Azure connection string (its other parts, such as BlobEndpoint, are not secret)
+CONNECTION_STRING_SECRETS = re.compile(r"(?i)(?:AccountKey|SharedAccessSignature)=([^;]+)")
 
 
 class StoreError(ValueError):
@@ -130,16 +136,23 @@ def open_store(location: StoreLocation) -> Any:
         return gcsfs.GCSFileSystem(token=token, use_listings_cache=False, skip_instance_cache=True)
     import adlfs
 
+    # azure-core logs every request and response at INFO (headers, redacted): Triton's Azure client logs none of them
+    logging.getLogger("azure.core.pipeline.policies.http_logging_policy").setLevel(logging.WARNING)
     account = location.account or os.environ.get("AZURE_STORAGE_ACCOUNT", "")
     key = os.environ.get("AZURE_STORAGE_KEY") or None
-    return adlfs.AzureBlobFileSystem(account_name=account, account_key=key, anon=False,
+    # a connection string names its endpoint (BlobEndpoint=, e.g. Azurite's http://127.0.0.1:10000/devstoreaccount1)
+    # and its credentials; adlfs prefers it to the account and key
+    connection = os.environ.get("AZURE_STORAGE_CONNECTION_STRING") or None
+    return adlfs.AzureBlobFileSystem(account_name=account, account_key=key, connection_string=connection, anon=False,
                                      use_listings_cache=False, skip_instance_cache=True)
 
 
 def redact(text: str) -> str:
-    """``text`` with the value of every secret credential variable replaced by ``***``."""
-    for variable in SECRET_VARIABLES:
-        secret = os.environ.get(variable, "")
+    """``text`` with the value of every secret credential variable, and the ``AccountKey`` / ``SharedAccessSignature``
+    of ``AZURE_STORAGE_CONNECTION_STRING`` (whole or URL-quoted), replaced by ``***``."""
+    secrets = [os.environ.get(variable, "") for variable in SECRET_VARIABLES]
+    secrets += CONNECTION_STRING_SECRETS.findall(os.environ.get("AZURE_STORAGE_CONNECTION_STRING", ""))
+    for secret in sorted(secrets, key=len, reverse=True):  # a whole connection string before the key inside it
         if len(secret) >= 4:
-            text = text.replace(secret, "***")
+            text = text.replace(secret, "***").replace(urllib.parse.quote(secret, safe=""), "***")
     return text

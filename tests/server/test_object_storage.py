@@ -1,8 +1,6 @@
-"""Model repositories in object storage (``--model-repository s3://...`` / ``gs://...``), read as Triton reads
-them, against real storage APIs started here: moto's standalone S3 server and gcp-storage-emulator.
-
-Azure Blob Storage (``as://``) is tested only for its missing extra: its emulator, Azurite, is an npm package this
-suite does not install, and adlfs is not a test dependency.
+"""Model repositories in object storage (``--model-repository s3://...`` / ``gs://...`` / ``as://...``), read as
+Triton reads them, against real storage APIs started here: moto's standalone S3 server, gcp-storage-emulator and
+Azurite (Microsoft's Azure Storage emulator, installed by ``make azurite`` under ``.venv/azurite``).
 """
 
 from __future__ import annotations
@@ -10,11 +8,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,8 +136,9 @@ def test_s3_poll_load_infer_new_version_removed_model(moto: Moto, tmp_path: Path
 
             moto.delete_prefix("repo/other/")  # a removed model is unloaded
             wait_until(lambda: not client.is_model_ready("other"), "'other' unloaded")
-            names = {m.name for m in client.get_model_repository_index().models}
-            assert names == {"scale"}
+            # the poll unloads, then forgets the model: the index drops it once both are done
+            wait_until(lambda: {m.name for m in client.get_model_repository_index().models} == {"scale"},
+                       "'other' gone from the index")
         assert SECRET not in server.log()
     finally:
         assert server.stop() == 0
@@ -279,10 +280,12 @@ def test_mount_directory_must_exist_and_be_empty(state: str, tmp_path: Path) -> 
     assert f"TRITON_AWS_MOUNT_DIRECTORY '{folder}' must name {expected}" in result.stderr
 
 
-@pytest.mark.skipif(importlib.util.find_spec("adlfs") is not None, reason="adlfs is installed here")
 def test_missing_extra_is_named(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "kserve_v2", "serve", "--model-repository", "as://acct/models/repo"],
-                            capture_output=True, text=True, cwd=ROOT, timeout=60)
+    """adlfs is a test dependency: the server runs with it made unimportable (sys.modules entry None), as if absent."""
+    hide = ("import runpy, sys; sys.modules['adlfs'] = None; "
+            "sys.argv = ['kserve_v2', 'serve', '--model-repository', 'as://acct/models/repo']; "
+            "runpy.run_module('kserve_v2', run_name='__main__', alter_sys=True)")
+    result = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert result.returncode == 2
     assert "as:// model repositories need the 'adlfs' package: pip install kserve_v2[azure]" in result.stderr
 
@@ -392,3 +395,117 @@ def test_s3_large_file_streams_to_disk(moto: Moto, tmp_path: Path) -> None:
             assert growth < 64 * 2**20, f"peak RSS grew by {growth / 2**20:.1f} MiB while downloading 200 MiB"
     finally:
         assert server.stop() == 0
+
+
+# Azurite's well-known development account and key (published in Azurite's README; not a secret)
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+AZURITE_BIN = ROOT / ".venv" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+
+
+class Azurite:
+    """Azurite's Blob service in a subprocess on a free port, keeping its blobs under ``tmp``."""
+
+    def __init__(self, tmp: Path) -> None:
+        import adlfs
+
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}/{AZURITE_ACCOUNT}"
+        self.log = open(tmp / "azurite.log", "w")
+        (tmp / "azurite").mkdir()
+        self.proc = subprocess.Popen([str(AZURITE_BIN), "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
+                                      "--location", str(tmp / "azurite"), "--silent", "--skipApiVersionCheck",
+                                      "--loose", "--disableTelemetry"], stdout=self.log, stderr=subprocess.STDOUT)
+        wait_until(lambda: self._up(), "Azurite up", timeout=60)
+        self.fs = adlfs.AzureBlobFileSystem(connection_string=self.connection_string(AZURITE_KEY),
+                                            skip_instance_cache=True, use_listings_cache=False)
+
+    def _up(self) -> bool:
+        try:
+            urllib.request.urlopen(self.endpoint + "?comp=list", timeout=1).close()
+        except urllib.error.HTTPError:
+            return True  # an unsigned request is refused: the service answers
+        except OSError:
+            return False
+        return True
+
+    def connection_string(self, key: str) -> str:
+        return (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={key};"
+                f"BlobEndpoint={self.endpoint};")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+        self.log.close()
+
+
+@pytest.fixture
+def azurite(tmp_path: Path) -> Iterator[Azurite]:
+    if importlib.util.find_spec("adlfs") is None:
+        pytest.skip("adlfs is not installed (pip install kserve_v2[azure])")
+    if not AZURITE_BIN.exists():
+        pytest.skip(f"Azurite is not installed at {AZURITE_BIN} (make azurite; needs npm)")
+    if shutil.which("node") is None:
+        pytest.skip("Azurite needs Node.js (node is not on PATH)")
+    emulator = Azurite(tmp_path)
+    emulator.fs.mkdir("models")
+    emulator.fs.pipe("models/repo/scale/1/model.onnx", scale_model(2.0))
+    emulator.fs.pipe("models/repo/scale/config.pbtxt", b'name: "scale"\nbackend: "onnxruntime"\nmax_batch_size: 8\n')
+    emulator.fs.pipe("models/repo/other/1/model.onnx", scale_model(3.0))
+    yield emulator
+    emulator.stop()
+
+
+AZURE_URL = f"as://{AZURITE_ACCOUNT}/models/repo"
+
+
+def test_azure_poll_and_explicit(azurite: Azurite, tmp_path: Path) -> None:
+    folder = tmp_path / "mount"
+    folder.mkdir()
+    env = {"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string(AZURITE_KEY),
+           "TRITON_AZURE_MOUNT_DIRECTORY": str(folder)}
+    server = start_server(AZURE_URL, tmp_path / "logs", "--model-control-mode", "poll", "--repository-poll-secs", "1",
+                          env=env)
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            assert infer(client, "scale") == 2.0 and infer(client, "other") == 3.0
+            assert client.get_model_config("scale").config.max_batch_size == 8  # config.pbtxt from the container
+            assert len(list(folder.glob("*/scale/1/model.onnx"))) == 1
+            azurite.fs.pipe("models/repo/scale/2/model.onnx", scale_model(4.0))
+            wait_until(lambda: client.is_model_ready("scale", "2"), "version 2 READY")
+            assert infer(client, "scale") == 4.0 and not client.is_model_ready("scale", "1")
+            azurite.fs.rm("models/repo/other", recursive=True)
+            wait_until(lambda: not client.is_model_ready("other"), "'other' unloaded")
+            wait_until(lambda: {m.name for m in client.get_model_repository_index().models} == {"scale"},
+                       "'other' gone from the index")
+        assert AZURITE_KEY not in server.log()
+    finally:
+        assert server.stop() == 0
+    folder = tmp_path / "mount2"
+    folder.mkdir()
+    env["TRITON_AZURE_MOUNT_DIRECTORY"] = str(folder)
+    server = start_server(AZURE_URL, tmp_path / "logs", "--model-control-mode", "explicit", env=env)
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            assert {m.name: m.state for m in client.get_model_repository_index().models} == {"scale": ""}
+            assert not list(folder.glob("*/scale"))  # listed without downloading anything
+            client.load_model("scale")
+            assert infer(client, "scale") == 4.0
+            client.unload_model("scale")
+            wait_until(lambda: not client.is_model_ready("scale"), "'scale' unloaded")
+            with pytest.raises(InferenceServerException, match="failed to poll from model repository"):
+                client.load_model("missing")
+    finally:
+        assert server.stop() == 0
+
+
+def test_azure_wrong_key_fails_clearly_without_the_secret(azurite: Azurite, tmp_path: Path) -> None:
+    wrong = "d3Jvbmcta2V5LW11c3Qtbm90LWFwcGVhci05ODc2NTQzMjE="  # valid base64, not the account's key
+    env = {"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string(wrong)}
+    with pytest.raises(RuntimeError) as failed:
+        start_server(AZURE_URL, tmp_path / "logs", env=env)
+    text = str(failed.value)
+    assert "exited with 1" in text and f"model repository '{AZURE_URL}' cannot be read" in text
+    assert "authenticate" in text.lower() or "authorization" in text.lower(), text
+    assert wrong not in text and AZURITE_KEY not in text and "AccountKey=" + wrong not in text

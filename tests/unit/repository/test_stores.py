@@ -41,3 +41,12 @@ def test_redact_hides_secret_values(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "abcd1234secret")
     monkeypatch.setenv("AZURE_STORAGE_KEY", "azurekey==")
     assert redact("signed with abcd1234secret and azurekey==") == "signed with *** and ***"
+
+
+def test_redact_hides_the_secret_parts_of_a_connection_string(monkeypatch: pytest.MonkeyPatch) -> None:
+    key = "c2VjcmV0LWtleQ=="
+    connection = f"DefaultEndpointsProtocol=http;AccountName=acct;AccountKey={key};SharedAccessSignature=sv=1&sig=abcd;"
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", connection)
+    assert redact(f"bad string {connection}") == "bad string ***"
+    assert redact(f"key {key}, quoted c2VjcmV0LWtleQ%3D%3D, sas sv=1&sig=abcd") == "key ***, quoted ***, sas ***"
+    assert redact("AccountName=acct") == "AccountName=acct"  # the rest is not secret
