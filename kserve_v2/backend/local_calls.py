@@ -77,10 +77,7 @@ class LocalCalls:
         Raises:
             Unavailable: no loop serves requests yet; or the server has no model control here.
         """
-        load = self._load
-        if load is None:
-            raise Unavailable("this server has no model control for model code")
-        return asyncio.run_coroutine_threadsafe(_awaited(load(request)), self._serving())
+        return self._control(None if self._load is None else self._load(request))
 
     def unload(self, request: pb.RepositoryModelUnloadRequest) -> concurrent.futures.Future[object]:
         """Unload a model as the repository extension's unload does; its future (any thread but the loop's).
@@ -88,10 +85,17 @@ class LocalCalls:
         Raises:
             Unavailable: no loop serves requests yet; or the server has no model control here.
         """
-        unload = self._unload
-        if unload is None:
+        return self._control(None if self._unload is None else self._unload(request))
+
+    def _control(self, call: Awaitable[object] | None) -> concurrent.futures.Future[object]:
+        """``call`` (a load or unload) run on the loop; its future.
+
+        Raises:
+            Unavailable: ``call`` is None (the server has no model control here), or no loop serves yet.
+        """
+        if call is None:
             raise Unavailable("this server has no model control for model code")
-        return asyncio.run_coroutine_threadsafe(_awaited(unload(request)), self._serving())
+        return asyncio.run_coroutine_threadsafe(_awaited(call), self._serving())
 
     def ready(self, request: pb.ModelReadyRequest) -> bool:
         """Whether a model (version) is ready, read on the loop (any thread but the loop's).
