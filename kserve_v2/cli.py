@@ -32,6 +32,7 @@ from kserve_v2.host.allocator import huge_page_environment, this_host
 from kserve_v2.host.cpus import usable_cpus
 from kserve_v2.observability.log_settings import log_to_stderr
 from kserve_v2.repository.remote import repository_argument
+from kserve_v2.repository.stores import split_repositories
 from kserve_v2.scheduling import rate_limiter
 from kserve_v2.settings.cache_config import parse_cache_config
 from kserve_v2.settings.metrics_config import MetricsConfig, parse_metrics_config
@@ -273,7 +274,11 @@ def parse_settings(argv: Sequence[str]) -> Settings:
     args = parser.parse_args(argv)
     repositories = args.model_repository
     if repositories is None and os.environ.get(ENV_PREFIX + "MODEL_REPOSITORY"):
-        repositories = [Path(p) for p in os.environ[ENV_PREFIX + "MODEL_REPOSITORY"].split(":") if p]
+        try:
+            repositories = [repository_argument(text)
+                            for text in split_repositories(os.environ[ENV_PREFIX + "MODEL_REPOSITORY"])]
+        except argparse.ArgumentTypeError as err:
+            parser.error(f"{ENV_PREFIX}MODEL_REPOSITORY: {err}")
     if not repositories:
         parser.error("--model-repository is required")
     for name, (value, why) in TRITON_FIXED.items():

@@ -148,6 +148,11 @@ class ModelLifecycle(Protocol):
         """RepositoryIndex rows: every model folder, one row per known version."""
         ...
 
+    async def refresh(self) -> None:
+        """Read the listings of the remote repositories again, off the event loop (synchronous readers such as
+        ``index`` and ``stored_config`` see the last listing when called on the loop)."""
+        ...
+
     async def load_requested(self, name: str, parameters: Mapping[str, pb.ModelRepositoryParameter]) -> None:
         """RepositoryModelLoad: load or reload ``name`` with the request's ``config`` / ``file:`` parameters."""
         ...

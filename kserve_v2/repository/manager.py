@@ -92,6 +92,11 @@ class ModelManager(ModelRecords):
             raise poll_failure(name, err) from None
         await self.load(name, overrides)
 
+    async def refresh(self) -> None:
+        """Read the remote repositories' listings again on a worker thread (``remote.refresh``): a load and
+        RepositoryIndex see the store's current content without the event loop waiting on the network."""
+        await remote.refresh(self._repositories)
+
     async def load(self, name: str, overrides: LoadOverrides | None = None, _chain: tuple[str, ...] = ()) -> None:
         """Load ``name``, or reload it when loaded.
 
@@ -115,6 +120,7 @@ class ModelManager(ModelRecords):
         layout.validate_model_name(name)
         overrides = overrides or LoadOverrides()
         async with self._locked(name):
+            await self.refresh()
             folder = self._folder(name, overrides)
             if not overrides.files:  # a remote repository's model folder is downloaded first
                 await asyncio.to_thread(remote.fetch_model, folder)

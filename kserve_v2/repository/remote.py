@@ -17,6 +17,7 @@ poll whose listing fails keeps the last listing, so loaded versions keep serving
 from __future__ import annotations
 
 import argparse
+import asyncio
 import atexit
 import fcntl
 import hashlib
@@ -96,11 +97,15 @@ class RemoteRepository:
 
     def listing(self) -> dict[str, Files]:
         """The repository's models and their files, listed now (blocking). A failed listing after a good one
-        logs a warning and returns the last good one (poll mode retries at its next scan).
+        logs a warning and returns the last good one (poll mode retries at its next scan). On an event loop's
+        thread, the last listing answers without reading the store (``refresh`` lists first where a fresh one
+        matters), so a slow or unreachable store never stalls the loop; only the first listing is read there.
 
         Raises:
             OSError / the store library's errors: the first listing failed.
         """
+        if self._listing is not None and _on_event_loop():
+            return self._listing
         with self._lock:
             if self._listing is not None and time.monotonic() - self._failed_at < RETRY_AFTER_FAILURE_SECS:
                 return self._listing
@@ -204,6 +209,32 @@ _CLAIMED: set[Path] = set()  # mount folders this process has checked and uses
 def mirrored(folder: Path) -> RemoteRepository | None:
     """The remote repository whose mirror is ``folder``, or None (a local repository)."""
     return _MIRRORS.get(folder) if _MIRRORS else None
+
+
+def _on_event_loop() -> bool:
+    """Whether this thread is running an event loop (the caller is a coroutine's synchronous code)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def refresh(folders: list[Path]) -> None:
+    """List the remote repositories among ``folders`` again, on a worker thread (nothing for local folders), so
+    that what the event loop reads next (``listing``) is the store's current content. A failed listing keeps the
+    last one (``RemoteRepository.listing``)."""
+    remotes = [repository for repository in map(mirrored, folders) if repository is not None]
+    if remotes:
+        await asyncio.to_thread(_list_all, remotes)
+
+
+def _list_all(remotes: list[RemoteRepository]) -> None:
+    for repository in remotes:
+        try:
+            repository.listing()
+        except Exception:  # noqa: BLE001 - the first listing failed: the caller's own listing reports it
+            pass
 
 
 def fetch_model(folder: Path) -> None:

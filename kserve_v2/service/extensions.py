@@ -41,6 +41,7 @@ class TritonExtensions:
     async def repository_index(self, request: pb.RepositoryIndexRequest) -> pb.RepositoryIndexResponse:
         """Every model folder with its versions' states and reasons (``ready`` filters)."""
         response = pb.RepositoryIndexResponse()
+        await self._manager.refresh()
         for row in self._manager.index(request.ready):
             response.models.add(name=row.name, version=row.version, state=row.state, reason=row.reason)
         return response

@@ -227,6 +227,21 @@ def test_s3_refused_credentials_fail_clearly(tmp_path: Path) -> None:
         finally:
             assert server.stop() == 0
         assert not copies[0].parents[2].exists()  # removed at exit
+        # TRITON_CLOUD_CREDENTIAL_PATH: the longest matching prefix's keys; the environment's wrong secret is not read
+        creds = tmp_path / "creds.json"
+        creds.write_text(json.dumps({"s3": {
+            "": {"key_id": key["AccessKeyId"], "secret_key": wrong},
+            f"s3://127.0.0.1:{port}/models": {"key_id": key["AccessKeyId"], "secret_key": key["SecretAccessKey"],
+                                              "region": "us-east-1"}}}))
+        server = start_server(url, tmp_path / "logs", env={**env, "TRITON_CLOUD_CREDENTIAL_PATH": str(creds)})
+        try:
+            with grpcclient.InferenceServerClient(server.url) as client:
+                assert infer(client, "scale") == 2.0
+        finally:
+            assert server.stop() == 0
+        creds.write_text(json.dumps({"s3": {"s3://elsewhere": {"key_id": "a", "secret_key": "b"}}}))
+        with pytest.raises(RuntimeError, match=f"Cannot match credential for path {url}"):
+            start_server(url, tmp_path / "logs", env={**good, "TRITON_CLOUD_CREDENTIAL_PATH": str(creds)})
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -106,6 +106,9 @@ class Lifecycle:
     def index(self, ready_only: bool) -> list:
         return []
 
+    async def refresh(self) -> None:
+        raise AssertionError("not used")
+
     async def load_requested(self, name: str, parameters: Mapping[str, pb.ModelRepositoryParameter]) -> None:
         raise AssertionError("not used")
 
