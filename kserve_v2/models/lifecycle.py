@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # annotations only: readers of these interfaces need not impo
     from kserve_v2._proto import grpc_service_pb2 as pb
     from kserve_v2._proto import model_config_pb2 as mc
     from kserve_v2.models.version import ModelVersion
-    from kserve_v2.scheduling.ensemble import StepRunner
+    from kserve_v2.scheduling.ensemble import StepRunner, StepStreamer
 
 
 class State(enum.Enum):
@@ -103,6 +103,9 @@ class ModelLifecycle(Protocol):
 
     step_runner: StepRunner | None
     """The inference call ensemble steps go through (the service sets it)."""
+
+    step_streamer: StepStreamer | None
+    """The stream call decoupled ensemble steps go through (the service sets it)."""
 
     def startup_models_ready(self) -> bool:
         """Whether every model loaded at start is READY (strict readiness)."""

@@ -59,6 +59,7 @@ class ModelManager(ModelRecords):
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # name -> (lock, calls holding or awaiting it)
         self._background: set[asyncio.Task[None]] = set()  # retiring versions, loads and unloads left by their callers
         self.step_runner: ensemble.StepRunner | None = None  # the inference call ensemble steps go through
+        self.step_streamer: ensemble.StepStreamer | None = None  # and the stream call decoupled steps go through
 
     async def load_startup_models(self, names: list[str], at_once: int = 1) -> None:
         """Load the models of the startup set, ``at_once`` at a time (Triton's
@@ -153,7 +154,9 @@ class ModelManager(ModelRecords):
 
     async def _compose(self, name: str, result: LoadResult, chain: tuple[str, ...]) -> None:
         """Build an ensemble's versions into ``result`` once its composing models are loaded;
-        a failure becomes ``result.error``, naming the step."""
+        a failure becomes ``result.error``, naming the step. An ensemble with a decoupled step is
+        decoupled (its config's ``model_transaction_policy.decoupled`` is set, as Triton's
+        ``ValidateEnsembleConfig`` sets it; ``ensemble.decoupled``)."""
         assert result.config is not None
         folders = layout.model_dirs(self._repositories)
         for index, model, _ in ensemble.composing_models(result.config):
@@ -178,17 +181,25 @@ class ModelManager(ModelRecords):
             except ServerError:
                 return None
 
+        def is_decoupled(model: str, version: int) -> bool:
+            try:
+                return self.resolve(model, str(version) if version > 0 else "").decoupled
+            except ServerError:
+                return False
+
         try:
-            steps = ensemble.plan(result.config, lookup)
+            steps = ensemble.plan(result.config, lookup, is_decoupled)
         except ensemble.EnsembleError as err:
             result.error = str(err)
             return
         if self.step_runner is None:
             result.error = f"ensemble '{name}' cannot run: the server has no inference call for its steps"
             return
+        if ensemble.decoupled(steps) or result.config.model_transaction_policy.decoupled:
+            result.config.model_transaction_policy.decoupled = ensemble.decoupled(steps)
         labels = ensemble.step_labels(result.config, result.labels, lookup)
         for version in result.ensemble_versions:
-            scheduler = EnsembleScheduler(result.config, steps, self.step_runner)
+            scheduler = EnsembleScheduler(result.config, steps, self.step_runner, self.step_streamer)
             result.loaded[version] = ModelVersion(name, version, result.config, scheduler, labels)
 
     @asynccontextmanager

@@ -9,19 +9,29 @@ Checked at load, each failure a load error naming the step: the data flow (Trito
 ``ValidateEnsembleSchedulingConfig`` rules and texts: every ensemble tensor written once, used,
 reachable from the inputs, every output written; a step that can never run, as in a cycle), then
 against the composing models (a model with no loaded version, a mapped name the model does not
-have, a required input left unmapped, datatypes that differ). The checked steps (``plan``) are
+have, a required input left unmapped, datatypes that differ, a step or output fed by different
+decoupled steps). The checked steps (``plan``) are
 run by the ensemble's scheduler (``kserve_v2.scheduling.ensemble_scheduler``), with the step choice
 (``needed_steps``) and the batch-dim rule (``reshape_between``) of Triton's ensemble scheduler
 defined here.
+
+Decoupled steps (python_backend's ``decoupled_models.md``, "Decoupled models in ensembles"): a
+step whose model is decoupled may answer a request with zero or many responses; each flows on
+through the steps after it. An ensemble with such a step is decoupled itself (``decoupled``;
+Triton's ``ValidateEnsembleConfig`` sets ``model_transaction_policy.decoupled`` in the ensemble's
+config). As there, the tensors a step takes (and the ensemble outputs) must all come from the
+same decoupled step's responses, or from none (``plan``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.backend.decoupled import Streamed
+from kserve_v2.codec.messages import InferRequest
 from kserve_v2.protocol import datatypes
 from kserve_v2.protocol.datatypes import DType
 from kserve_v2.protocol.model_spec import ModelSpec, TensorSpec
@@ -29,8 +39,12 @@ from kserve_v2.protocol.model_spec import ModelSpec, TensorSpec
 PLATFORM = "ensemble"
 # the one inference call of the server: a request in, its response out
 StepRunner = Callable[[pb.ModelInferRequest], Awaitable[pb.ModelInferResponse]]
+# the server's stream call: a request in, each of its responses out, the last one final
+StepStreamer = Callable[[InferRequest], AsyncGenerator[Streamed, None]]
 # (model name, version or -1 for the newest) -> the READY version's interface, or None
 SpecLookup = Callable[[str, int], ModelSpec | None]
+# (model name, version or -1 for the newest) -> whether the READY version is decoupled
+DecoupledLookup = Callable[[str, int], bool]
 
 
 class EnsembleError(Exception):
@@ -50,8 +64,9 @@ class Binding:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One validated step: the model (version -1: the newest READY one), its bindings and whether
-    the model batches (``max_batch_size > 0``)."""
+    """One validated step: the model (version -1: the newest READY one), its bindings, whether
+    the model batches (``max_batch_size > 0``) and whether it is decoupled (zero or many responses
+    per request)."""
 
     index: int
     model_name: str
@@ -59,6 +74,7 @@ class Step:
     inputs: tuple[Binding, ...]
     outputs: tuple[Binding, ...]
     batching: bool = False
+    decoupled: bool = False
 
 
 def is_ensemble(config: mc.ModelConfig) -> bool:
@@ -150,13 +166,19 @@ def _check_flow(config: mc.ModelConfig, written: Mapping[str, int]) -> None:
             raise EnsembleError(f"ensemble tensor '{tensor}' is unused in ensemble '{name}' (written by step {index})")
 
 
-def plan(config: mc.ModelConfig, lookup: SpecLookup) -> tuple[Step, ...]:
-    """Check the steps against their models' interfaces and bind their tensors.
+def plan(config: mc.ModelConfig, lookup: SpecLookup, is_decoupled: DecoupledLookup | None = None
+         ) -> tuple[Step, ...]:
+    """Check the steps against their models' interfaces and bind their tensors; ``is_decoupled``
+    tells which step models are decoupled (none when None).
 
     Raises:
         EnsembleError: a step model with no loaded version (Triton's "ensemble '<e>' depends on
             '<m>' which has no loaded version"), a mapped tensor the model does not have, a
-            required input left unmapped, or datatypes that differ; each naming the step.
+            required input left unmapped, or datatypes that differ; each naming the step. A step
+            (or the ensemble's outputs) taking tensors that come from different decoupled steps, or
+            from a decoupled step and from none, with Triton's text ("in ensemble <e>, step of
+            model '<m>' receives inputs originated from different decoupled models", naming the
+            ensemble for its outputs).
     """
     types: dict[str, DType] = {t.name: datatypes.BY_CONFIG[mc.DataType.Name(t.data_type)]
                                for t in _tensors(config)}
@@ -173,8 +195,50 @@ def plan(config: mc.ModelConfig, lookup: SpecLookup) -> tuple[Step, ...]:
         unmapped = [t.name for t in spec.inputs if not t.optional and t.name not in step.input_map]
         if unmapped:
             raise EnsembleError(f"{where}: the model's required inputs {unmapped} are not in the input_map")
-        steps.append(Step(index, step.model_name, step.model_version, inputs, outputs, spec.max_batch_size > 0))
+        steps.append(Step(index, step.model_name, step.model_version, inputs, outputs, spec.max_batch_size > 0,
+                          is_decoupled is not None and is_decoupled(step.model_name, step.model_version)))
+    _check_decoupled(config, steps)
     return tuple(steps)
+
+
+def decoupled(steps: Sequence[Step]) -> bool:
+    """Whether an ensemble of these steps is decoupled: one of them is (Triton's
+    ``ValidateEnsembleConfig`` sets the ensemble's ``model_transaction_policy.decoupled`` so)."""
+    return any(step.decoupled for step in steps)
+
+
+def _check_decoupled(config: mc.ModelConfig, steps: Sequence[Step]) -> None:
+    """Label each ensemble tensor with the decoupled step whose responses it comes from (0: none; the
+    ensemble inputs are 0, a decoupled step's outputs a new label, another step's outputs its inputs'
+    label), as Triton's ``ValidateEnsembleConfig`` does; a step, or the ensemble outputs, whose tensors
+    carry different labels cannot run (its inputs would not come in matching sets).
+
+    Raises:
+        EnsembleError: Triton's text, naming the step's model (or the ensemble, for its outputs).
+    """
+    labels = {t.name: 0 for t in config.input}
+    count, pending = 0, list(steps)
+    while pending:  # every step becomes runnable (check_config): in data-flow order
+        step = next(s for s in pending if all(b.ensemble_tensor in labels for b in s.inputs))
+        pending.remove(step)
+        label = _one_label(config.name, step.model_name, [labels[b.ensemble_tensor] for b in step.inputs])
+        if step.decoupled:
+            count += 1
+            label = count
+        labels.update((b.ensemble_tensor, label) for b in step.outputs)
+    _one_label(config.name, config.name, [labels[t.name] for t in config.output if t.name in labels])
+
+
+def _one_label(ensemble_name: str, model: str, labels: Sequence[int]) -> int:
+    """The one label of a step's (or the outputs') tensors.
+
+    Raises:
+        EnsembleError: the labels differ (Triton's text).
+    """
+    if len(set(labels)) > 1:
+        raise EnsembleError(f"in ensemble {ensemble_name}, step of model '{model}' receives inputs originated from "
+                            "different decoupled models")
+    return labels[0] if labels else 0
 
 
 def step_labels(config: mc.ModelConfig, own: Mapping[str, tuple[str, ...]],

@@ -11,25 +11,46 @@ input that the request omits, and a step output that its model did not produce, 
 is sent without them (its model then decides whether that input may be left out), as Triton's
 scheduler does. An ensemble has no backend and no instances: nothing runs here but the steps' own
 requests.
+
+A decoupled step (Triton's python_backend ``decoupled_models.md``, "Decoupled models in ensembles")
+is sent through the server's stream call (``InferenceService.model_stream``) once the other steps
+that can run have; each of its responses is a set of tensors of its own, with which the steps after
+it run (again per response of a decoupled step further on), and each set that completes the
+requested outputs is one response of the ensemble, decoupled itself, sent to the request's
+``ResponseStream`` as it is made (an output not produced is left out, as Triton leaves it out). The
+responses of one step are taken in the order sent, each run to its end before the next (they wait
+in the step's stream meanwhile, the step's model is not held up). A response goes with the final
+flag when every decoupled step has sent its own final flag by then, else the flag follows alone
+(as Triton's ``FinishEnsemble`` does, by timing); an error response of a step (or a step's failure)
+ends the ensemble's request with that error, after the responses sent so far, and cancels the
+decoupled steps still answering. A request cancelled by its caller cancels them too: their models
+see ``is_cancelled()``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import aclosing
 
 import numpy as np
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext
+from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext, ResponseStream
+from kserve_v2.backend.decoupled import Streamed
+from kserve_v2.codec.generated import request_from_message, response_to_message
 from kserve_v2.protocol.errors import InternalError
 from kserve_v2.protocol.model_spec import MAX_MEMO
 from kserve_v2.protocol.tensors import from_raw, to_raw
 from kserve_v2.request.encode import set_parameter
 from kserve_v2.scheduling.base import Feeds, Outcome
-from kserve_v2.scheduling.ensemble import Step, StepRunner, needed_steps, reshape_between
+from kserve_v2.scheduling.ensemble import Step, StepRunner, StepStreamer, decoupled, needed_steps, reshape_between
+
+# ensemble tensor -> (its array, None when empty; the batch size of the request that made it)
+Tensors = dict[str, tuple[np.ndarray | None, int]]
 
 
 class EnsembleScheduler:
@@ -39,10 +60,15 @@ class EnsembleScheduler:
         config: the ensemble's completed configuration (its batching and output dims).
         steps: the validated steps (``ensemble.plan``).
         runner: the server's inference call the steps go through.
+        streamer: the server's stream call the decoupled steps go through; None: there is none (a
+            decoupled step is then refused by ``runner`` as any request answered once to it is).
     """
 
-    def __init__(self, config: mc.ModelConfig, steps: tuple[Step, ...], runner: StepRunner) -> None:
+    def __init__(self, config: mc.ModelConfig, steps: tuple[Step, ...], runner: StepRunner,
+                 streamer: StepStreamer | None = None) -> None:
         self._name = config.name
+        self._streamer = streamer
+        self._decoupled = streamer is not None and decoupled(steps)
         self._batching = config.max_batch_size > 0
         self._output_dims = {o.name: tuple(o.dims) for o in config.output}
         self._optional = tuple(i.name for i in config.input if i.optional)
@@ -57,15 +83,19 @@ class EnsembleScheduler:
         (execution, 0 queue ns, elapsed ns), as ``Scheduler.submit``. The steps are requests of
         their own, sent in this request's task: they have its callers (``kserve_v2.backend.local_calls``).
 
+        A decoupled ensemble (one with a decoupled step) sends its responses to ``context.responses``
+        (see the module docstring); its execution then has no outputs.
+
         Raises:
             InternalError: a requested output that its step's model did not produce -> INTERNAL.
             Whatever a step's inference call raises (its model's error, with its status): a step
-            model's required input left empty is that model's INVALID_ARGUMENT.
+            model's required input left empty is that model's INVALID_ARGUMENT. A decoupled step's
+            error response, with its status.
         """
         started = time.perf_counter_ns()
         # Triton's request batch size: 0 for an ensemble without batching
         batch = batch_size if self._batching else 0
-        tensors: dict[str, tuple[np.ndarray | None, int]] = {name: (array, batch) for name, array in feeds.items()}
+        tensors: Tensors = {name: (array, batch) for name, array in feeds.items()}
         for name in self._optional:
             tensors.setdefault(name, (None, batch))  # omitted: empty
         key = frozenset(output_names)
@@ -74,6 +104,12 @@ class EnsembleScheduler:
             if len(self._needed) >= MAX_MEMO:
                 self._needed.clear()
             pending = self._needed[key] = needed_steps(self._steps, output_names)
+        response = {"sequence_id": parameters.get("sequence_id", 0),  # Triton's ensemble answers with these
+                    "sequence_start": bool(parameters.get("sequence_start", False)),
+                    "sequence_end": bool(parameters.get("sequence_end", False))}
+        if self._decoupled and context.responses is not None:
+            await self._stream(tensors, pending, output_names, parameters, batch, context.responses, response)
+            return Execution([], parameters=response), 0, time.perf_counter_ns() - started
         while pending:
             ready = [s for s in pending if all(b.ensemble_tensor in tensors for b in s.inputs)]
             # every step input is an ensemble input or a step's output (ensemble.check_config), and
@@ -89,15 +125,74 @@ class EnsembleScheduler:
                 raise InternalError(f"ensemble '{self._name}': output '{name}' was not produced by its step's model")
             shape = reshape_between(self._output_dims[name], batch != 0, produced_by, array.shape)
             outputs.append(array.reshape(shape))
-        response = {"sequence_id": parameters.get("sequence_id", 0),  # Triton's ensemble answers with these
-                    "sequence_start": bool(parameters.get("sequence_start", False)),
-                    "sequence_end": bool(parameters.get("sequence_end", False))}
         return Execution(outputs, parameters=response), 0, time.perf_counter_ns() - started
 
-    async def _step(self, step: Step, tensors: Mapping[str, tuple[np.ndarray | None, int]],
-                    parameters: Mapping[str, Parameter]) -> dict[str, tuple[np.ndarray | None, int]]:
+    async def _stream(self, tensors: Tensors, pending: Sequence[Step], output_names: Sequence[str],
+                      parameters: Mapping[str, Parameter], batch: int, responses: ResponseStream,
+                      response_parameters: dict[str, Parameter]) -> None:
+        """Run a decoupled ensemble's request, sending each response to ``responses`` as it is made and
+        the final flag last (alone when no response could carry it)."""
+        responses.take()
+        answering: list[_Answers] = []  # the decoupled steps answering for the tensors being made
+        final = False
+        async with aclosing(self._flow(tensors, pending, parameters, answering)) as results:
+            async for made in results:
+                outputs = {}
+                for name in output_names:
+                    array, produced_by = made[name]
+                    if array is not None:  # not produced: left out of this response (Triton)
+                        outputs[name] = array.reshape(reshape_between(self._output_dims[name], batch != 0,
+                                                                      produced_by, array.shape))
+                final = all(answers.exhausted for answers in answering)
+                responses.send(outputs, final=final, parameters=response_parameters)
+        if not final:
+            responses.send(None, final=True)
+
+    async def _flow(self, tensors: Tensors, pending: Sequence[Step], parameters: Mapping[str, Parameter],
+                    answering: list[_Answers]) -> AsyncGenerator[Tensors, None]:
+        """The ensemble tensors of each response: run the steps that can run (all but the decoupled
+        ones) until only a decoupled step can, then the steps left once per response of that step;
+        ``answering``: the decoupled steps whose responses the tensors being made come from."""
+        pending = list(pending)
+        while pending:
+            ready = [s for s in pending if all(b.ensemble_tensor in tensors for b in s.inputs)]
+            assert ready, f"ensemble '{self._name}': no step can run"
+            once = [s for s in ready if not s.decoupled]
+            if once:
+                for produced in await asyncio.gather(*(self._step(s, tensors, parameters) for s in once)):
+                    tensors.update(produced)
+                pending = [s for s in pending if s not in once]
+                continue
+            step, rest = ready[0], [s for s in pending if s is not ready[0]]
+            assert self._streamer is not None
+            request, batch = self._request(step, tensors, parameters)
+            answers = _Answers(self._streamer(request_from_message(request)))
+            answering.append(answers)
+            try:
+                while (sent := await answers.next()) is not None:
+                    if sent.error is not None:
+                        raise sent.error
+                    assert sent.response is not None
+                    made = {**tensors, **self._produced(step, response_to_message(sent.response), batch)}
+                    async with aclosing(self._flow(made, rest, parameters, answering)) as results:
+                        async for result in results:
+                            yield result
+            finally:
+                answering.remove(answers)
+                answers.cancel()
+            return
+        yield tensors
+
+    async def _step(self, step: Step, tensors: Tensors, parameters: Mapping[str, Parameter]) -> Tensors:
         """Run one step: its ensemble tensors, each with the batch size of the request that made it,
         leaving out the empty ones; the outputs its model did not produce come back empty."""
+        request, batch = self._request(step, tensors, parameters)
+        return self._produced(step, await self._runner(request), batch)
+
+    @staticmethod
+    def _request(step: Step, tensors: Tensors, parameters: Mapping[str, Parameter]) -> tuple[pb.ModelInferRequest, int]:
+        """A step's request (its ensemble tensors, each with the batch size of the request that made it,
+        leaving out the empty ones) and the batch size of its outputs."""
         request = pb.ModelInferRequest(model_name=step.model_name,
                                        model_version=str(step.model_version) if step.model_version > 0 else "")
         for key, value in parameters.items():
@@ -114,9 +209,13 @@ class EnsembleScheduler:
             request.raw_input_contents.append(to_raw(array, binding.dtype))
         for binding in step.outputs:
             request.outputs.add(name=binding.model_tensor)
-        response = await self._runner(request)
+        return request, batch
+
+    @staticmethod
+    def _produced(step: Step, response: pb.ModelInferResponse, batch: int) -> Tensors:
+        """A step's response as ensemble tensors: the outputs its model did not produce are empty."""
         by_name = {b.model_tensor: b for b in step.outputs}
-        produced: dict[str, tuple[np.ndarray | None, int]] = {b.ensemble_tensor: (None, batch) for b in step.outputs}
+        produced: Tensors = {b.ensemble_tensor: (None, batch) for b in step.outputs}
         for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=True):
             binding = by_name[tensor.name]
             array = from_raw(raw, binding.dtype, list(tensor.shape), f"output '{tensor.name}' of model '{step.model_name}'")
@@ -128,3 +227,60 @@ class EnsembleScheduler:
 
     def close(self) -> None:
         """Nothing to release: an ensemble has no backend."""
+
+
+class _Answers:
+    """The responses of one decoupled step's request, read from the server's stream call as they come
+    (in a task of their own, so that whether the step has sent its final flag is known at once).
+
+    Args:
+        responses: the step's responses (``StepStreamer``), the last one final.
+    """
+
+    def __init__(self, responses: AsyncGenerator[Streamed, None]) -> None:
+        self._waiting: deque[Streamed] = deque()  # responses with outputs or an error, not yet taken
+        self._error: Exception | None = None
+        self._done = False
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._read(responses))
+
+    async def _read(self, responses: AsyncGenerator[Streamed, None]) -> None:
+        try:
+            async with aclosing(responses):
+                async for item in responses:
+                    if item.response is not None or item.error is not None:
+                        self._waiting.append(item)
+                    if item.final:
+                        self._done = True
+                    self._wake.set()
+                    if item.final:
+                        break
+        except Exception as err:  # noqa: BLE001 - the step failed before responding: the ensemble's error
+            self._error = err
+        finally:
+            self._done = True
+            self._wake.set()
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether no response of the step is left to come or to be taken."""
+        return self._done and not self._waiting and self._error is None
+
+    async def next(self) -> Streamed | None:
+        """The step's next response (outputs or an error), or None after its last one.
+
+        Raises:
+            Whatever the step's stream call raised before its model responded.
+        """
+        while not self._waiting:
+            if self._done:
+                if self._error is not None:
+                    raise self._error
+                return None
+            self._wake.clear()
+            await self._wake.wait()
+        return self._waiting.popleft()
+
+    def cancel(self) -> None:
+        """Stop reading: a request still answering is cancelled (its model sees ``is_cancelled()``)."""
+        self._task.cancel()

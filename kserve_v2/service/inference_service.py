@@ -116,6 +116,7 @@ class InferenceService:
                                      logs or LogSettings(0))
         self.text = TextModels(manager, self.run_version)
         manager.step_runner = self.model_infer  # ensemble steps go through the one inference call
+        manager.step_streamer = self.model_stream  # a decoupled step through the stream call
         self.calls = LocalCalls(self.model_infer_reported, self.model_stream,  # and so do the requests model code sends
                                 self.extensions.repository_model_load, self.extensions.repository_model_unload,
                                 self.model_ready)
