@@ -89,6 +89,8 @@ class RequestContext:
             logic scripting); None where the request did not come through the service.
         parameters: the request's own parameters (a scheduler hands a batch the parameters of its
             first member; where members may differ, as under the sequence batcher, these are each one's).
+        instance: the model instance (index in the instance group's order) a scheduler binds the
+            request to: the sequence batcher's, where its sequence stays (Triton's); None: any free one.
     """
 
     id: str = ""
@@ -96,6 +98,7 @@ class RequestContext:
     responses: ResponseStream | None = None
     calls: LocalCalls | None = None
     parameters: Mapping[str, Parameter] = field(default_factory=dict)
+    instance: int | None = None
 
 
 # the context of a request that has none of its own (padding rows, tests)

@@ -97,6 +97,7 @@ ACTED: dict[str, str] = {
     "sequence_batching.oldest.preferred_batch_size": "scheduling.sequence_config",
     "sequence_batching.oldest.max_queue_delay_microseconds": "scheduling.sequence_config",
     "sequence_batching.max_sequence_idle_microseconds": "scheduling.sequence_config",
+    "sequence_batching.iterative_sequence": "scheduling.sequence_batcher: ids for requests without one, rescheduling",
     "sequence_batching.control_input": "scheduling.sequence_config",
     "sequence_batching.control_input.name": "scheduling.sequence_config",
     "sequence_batching.control_input.control": "scheduling.sequence_config",
@@ -163,8 +164,6 @@ REFUSED: dict[str, str] = {
         "the slots to be filled; this server's does not",
     "sequence_batching.oldest.preserve_ordering": "Triton's sequence batcher returns responses in request "
         "order; this server's does not",
-    "sequence_batching.iterative_sequence": "iterative sequences (Triton's core reschedules the request) are "
-        "not implemented",
     "ensemble_scheduling.step.model_namespace": "model namespacing (--model-namespacing) is not implemented",
     "ensemble_scheduling.max_inflight_requests": "Triton's ensemble scheduler caps in-flight requests per "
         "step; this server's does not",

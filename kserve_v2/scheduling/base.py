@@ -87,6 +87,8 @@ class Pending:
         deadline_ns: when its queue policy's timeout expires (``time.perf_counter_ns``; 0: never).
         released: set when every request dispatched before it has its outcome (the dynamic batcher's
             ``preserve_ordering``); None when its answer need not wait for others.
+        owed: executions that ran it and that no request's outcome counted yet (the sequence batcher's:
+            every row of them was rescheduled, ``kserve_v2.backend.rescheduling``); its outcome counts them.
     """
 
     feeds: Feeds
@@ -102,6 +104,7 @@ class Pending:
     priority: int = 0
     deadline_ns: int = 0
     released: asyncio.Future[None] | None = field(default=None, repr=False)
+    owed: int = 0
 
 
 def fail_pending(requests: Iterable[Pending], error: BaseException | None = None) -> None:

@@ -19,6 +19,15 @@ drops it at END or when the sequence has been idle (nothing queued or running) f
 ``max_sequence_idle_microseconds``; a sequence leaves nothing behind once released. What rows an
 execution takes and what each row is fed is worked out in ``kserve_v2.scheduling.sequence_rows``; this
 module keeps the sequences, their instances and the tasks that run them.
+
+With ``iterative_sequence`` (Triton's core ``IterativeSequencer``), a request without a correlation
+id starts a sequence of its own (ids 1, 2, ... that no active sequence holds), and a sequence ends
+once a request of it is answered and none is queued. A request its backend gives back
+(``kserve_v2.backend.rescheduling.Rescheduled``: a python model's ``set_release_flags`` with
+``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``) goes back to the head of its sequence's queue with
+START and END cleared, and runs again in its slot, with the state its sequence has; its caller
+waits on. Without ``iterative_sequence`` (or for an END request) it fails with Triton's
+INVALID_ARGUMENT text.
 """
 
 from __future__ import annotations
@@ -27,18 +36,20 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext
+from kserve_v2.backend.rescheduling import NOT_CONFIGURED, Rescheduled
 from kserve_v2.protocol.errors import InternalError, InvalidInput
 from kserve_v2.scheduling.base import Execute, Feeds, Outcome, Pending, fail_pending, model_time
 from kserve_v2.scheduling.dynamic_batcher import row_key
 from kserve_v2.scheduling.instances import InstancePool
 from kserve_v2.scheduling.sequence_config import SequenceSettings
-from kserve_v2.scheduling.sequence_rows import (CorrelationId, Head, choose, initial_states, layout, padding_feeds, row_feeds,
-                                     sequence_parameters, state_rows)
+from kserve_v2.scheduling.sequence_rows import (SEQUENCE_END, SEQUENCE_ID, SEQUENCE_START, CorrelationId, Head, choose,
+                                                initial_states, layout, padding_feeds, row_feeds, sequence_parameters,
+                                                state_rows)
 
 
 @dataclass(slots=True, eq=False)
@@ -58,6 +69,7 @@ class _Lane:
     """One model instance: its slots, its backlog and its scheduling task."""
 
     slots: list[_Sequence | None]
+    index: int  # the model instance it is (RequestContext.instance)
     backlog: deque[_Sequence] = field(default_factory=deque)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
@@ -89,10 +101,11 @@ class SequenceBatcher:
         self._settings = settings
         self._execute = execute
         self._pool = pool
-        self._lanes = [_Lane([None] * settings.slots) for _ in range(max(instances, 1))]
+        self._lanes = [_Lane([None] * settings.slots, index) for index in range(max(instances, 1))]
         self._active: dict[CorrelationId, _Sequence] = {}  # sequences that still accept requests
         self._reaper: asyncio.Task[None] | None = None
         self._reaper_wake = asyncio.Event()
+        self._next_id = 1  # the next correlation id an iterative sequence's request without one may get
 
     @property
     def sequences(self) -> int:
@@ -115,7 +128,10 @@ class SequenceBatcher:
         if batch_size != 1:
             raise InvalidInput(f"inference request to model '{settings.model}' must specify batch-size 1 due to "
                                "requirements of sequence batcher")
-        corrid, start, end, parameters = sequence_parameters(settings, parameters)
+        corrid, start, end, parameters = sequence_parameters(settings, parameters, self._new_id)
+        if settings.iterative:  # the backend sees the id and flags the sequence batcher gave the request
+            context = replace(context, parameters={**context.parameters, SEQUENCE_ID: corrid, SEQUENCE_START: start,
+                                                   SEQUENCE_END: end})
         sequence = self._active.get(corrid)
         if sequence is None:
             if not start:
@@ -157,6 +173,14 @@ class SequenceBatcher:
             self._pool.close()
 
     # ---- sequences ----------------------------------------------------------------------------
+
+    def _new_id(self) -> CorrelationId:
+        """A correlation id for an iterative sequence's request without one: the next of 1, 2, ... that
+        no active sequence holds (Triton's ``IterativeSequencer`` counts from 1)."""
+        while self._next_id in self._active:
+            self._next_id = self._next_id % (2**64 - 1) + 1
+        corrid, self._next_id = self._next_id, self._next_id % (2**64 - 1) + 1
+        return corrid
 
     def _open(self, corrid: CorrelationId) -> _Sequence:
         """A new sequence on the least loaded instance: in a free slot, else in that instance's backlog."""
@@ -202,8 +226,7 @@ class SequenceBatcher:
                 for sequence, request in (row for row in rows if row is not None):
                     sequence.running = False
                     fail_pending([request], InternalError(f"sequence batch failed: {err}"))
-                    if request.end:
-                        self._release(sequence)
+                    self._finished(sequence, request)
 
     async def _next_batch(self, lane: _Lane) -> list[_Row]:
         """Wait for the instance's next batch (``sequence_rows.choose``) and take its rows."""
@@ -231,8 +254,7 @@ class SequenceBatcher:
             if sequence is None:
                 continue
             while sequence.pending and sequence.pending[0].future.done():
-                if sequence.pending.popleft().end:
-                    self._release(sequence)
+                self._finished(sequence, sequence.pending.popleft())
             if sequence.pending and sequence.slot is not None:
                 ready.append(sequence)
         return ready
@@ -254,7 +276,9 @@ class SequenceBatcher:
         members = [self._feeds(row, first.feeds) for row in rows]
         names = list(first.output_names)
         try:
-            contexts = [NO_CONTEXT if row is None else row[1].context for row in rows]  # padding rows have none
+            lane = real[0][0].lane.index  # the execution runs on the lane's instance
+            contexts = [NO_CONTEXT if row is None else replace(row[1].context, instance=lane)  # padding rows: none
+                        for row in rows]
             shares, started, finished = await self._execute(members, names + settings.state_outputs, first.parameters,
                                                             contexts)
         except asyncio.CancelledError:
@@ -263,13 +287,20 @@ class SequenceBatcher:
         except Exception as err:  # noqa: BLE001 - every request of the batch gets its error
             shares, started, finished = [err] * len(rows), 0, 0
         executions = 1
+        again: list[Pending] = []
         for row, share in zip(rows, shares, strict=True):
             if row is None:
                 continue
             sequence, request = row
             sequence.running, sequence.last_ns = False, time.perf_counter_ns()
+            if isinstance(share, Rescheduled) and settings.iterative and not request.end:
+                if self._again(sequence, request):
+                    again.append(request)
+                continue
             outcome: BaseException | Outcome
-            if isinstance(share, Exception):
+            if isinstance(share, Rescheduled):
+                outcome = InvalidInput(NOT_CONFIGURED)
+            elif isinstance(share, Exception):
                 outcome = share
             else:
                 try:
@@ -278,7 +309,7 @@ class SequenceBatcher:
                     outcome = err
                 else:
                     answer = Execution(share.outputs[: len(names)], share.pre_ns, share.post_ns, share.tokens,
-                                       executions, len(rows))  # batch_stats: the execution's rows, padding too
+                                       executions + request.owed, len(rows))  # batch_stats: its rows, padding too
                     outcome = (answer, started - request.enqueued_ns, model_time(answer, started, finished))
                     executions = 0
             if not request.future.done():
@@ -286,8 +317,29 @@ class SequenceBatcher:
                     request.future.set_exception(outcome)
                 else:
                     request.future.set_result(outcome)
-            if request.end:
-                self._release(sequence)
+            self._finished(sequence, request)
+        if executions and again:  # no answer counted this execution: the request answered last will
+            again[0].owed += 1
+
+    def _again(self, sequence: _Sequence, request: Pending) -> bool:
+        """Queue a request its backend gave back at the head of its sequence's queue, START and END
+        cleared (Triton's ``IterativeSequencer``); False when its caller went away meanwhile."""
+        if request.future.done():
+            self._finished(sequence, request)
+            return False
+        request.start = request.end = False
+        request.context = replace(request.context, parameters={**request.context.parameters, SEQUENCE_START: False,
+                                                               SEQUENCE_END: False})
+        request.enqueued_ns = sequence.last_ns
+        sequence.pending.appendleft(request)
+        sequence.lane.wake.set()
+        return True
+
+    def _finished(self, sequence: _Sequence, request: Pending) -> None:
+        """``request`` of ``sequence`` has its outcome (or its caller went away): END releases the
+        sequence, and so, in an iterative sequence, does the last request it has."""
+        if request.end or (self._settings.iterative and not sequence.pending and not sequence.running):
+            self._release(sequence)
 
     def _feeds(self, row: _Row, like: Feeds) -> Feeds:
         """A row's model inputs (``sequence_rows.row_feeds``); a START resets the sequence's state."""

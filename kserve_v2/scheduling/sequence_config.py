@@ -14,6 +14,9 @@ Follows Triton's model configuration (``model_configuration.md`` "Sequence Batch
   ``initial_state/`` folder), or zeros when none is given.
 - ``direct {}`` (the default) or ``oldest {...}``; ``max_sequence_idle_microseconds`` (0 means
   Triton's default of 1 s).
+- ``iterative_sequence``: a request without a correlation id starts a sequence of its own (an id
+  the server gives it), which ends when the request is released; a backend may give it back to be
+  executed again (``kserve_v2.backend.rescheduling``; Triton's core ``IterativeSequencer``).
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ class SequenceSettings:
         idle_ns: ``max_sequence_idle_microseconds`` in ns.
         flags: START / END / READY controls; corrid: the CORRID control or None.
         states: implicit states.
+        iterative: ``iterative_sequence`` (see the module docstring).
     """
 
     model: str
@@ -95,6 +99,7 @@ class SequenceSettings:
     flags: tuple[Control, ...]
     corrid: Control | None
     states: tuple[ImplicitState, ...]
+    iterative: bool = False
 
     @property
     def state_outputs(self) -> list[str]:
@@ -109,12 +114,9 @@ class SequenceSettings:
         Raises:
             SequenceConfigError: a control without exactly one kind of false/true pair, an
                 unsupported CORRID type, names that are not graph inputs/outputs or whose datatype
-                or shape differs, state dims with -1, an unreadable or wrong-sized initial state file,
-                ``iterative_sequence``.
+                or shape differs, state dims with -1, an unreadable or wrong-sized initial state file.
         """
         sb = config.sequence_batching
-        if sb.iterative_sequence:
-            raise SequenceConfigError("iterative_sequence is not supported by this server")
         graph_in = {t.name: t for t in inputs}
         graph_out = {t.name: t for t in outputs}
         batched = config.max_batch_size > 0
@@ -139,7 +141,7 @@ class SequenceSettings:
             slots, preferred, delay_us = max_batch, (), sb.direct.max_queue_delay_microseconds
         idle_us = sb.max_sequence_idle_microseconds or DEFAULT_IDLE_US
         return cls(config.name, batched, max_batch, oldest, max(slots, 1), preferred, delay_us * 1000,
-                   idle_us * 1000, tuple(flags), corrid, states)
+                   idle_us * 1000, tuple(flags), corrid, states, sb.iterative_sequence)
 
 
 def reserved_names(config: mc.ModelConfig) -> tuple[set[str], set[str]]:

@@ -14,7 +14,7 @@ functions of a version's ``SequenceSettings`` and the requests at hand (Triton's
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,11 +31,14 @@ CorrelationId = int | str
 Feeds = dict[str, np.ndarray]
 
 
-def sequence_parameters(settings: SequenceSettings, parameters: Mapping[str, Parameter]
+def sequence_parameters(settings: SequenceSettings, parameters: Mapping[str, Parameter],
+                        new_id: Callable[[], CorrelationId] | None = None
                         ) -> tuple[CorrelationId, bool, bool, dict[str, Parameter]]:
     """(correlation id, START, END, the other parameters) of a request, checked against the CORRID control.
 
-    An integer id is read as a uint64 (an int64 on the wire carries one, as Triton reads it).
+    An integer id is read as a uint64 (an int64 on the wire carries one, as Triton reads it). In an
+    iterative sequence (``settings.iterative``) a request without an id (none, 0 or "") gets
+    ``new_id()`` and START alone (Triton's ``IterativeSequencer``: its own flags are replaced).
 
     Raises:
         InvalidInput: an id that is neither an integer nor a string, a zero or empty id, or a string id
@@ -47,6 +50,8 @@ def sequence_parameters(settings: SequenceSettings, parameters: Mapping[str, Par
         raise InvalidInput(f"parameter '{SEQUENCE_ID}' must be an integer or a string")
     if isinstance(corrid, int):
         corrid %= _UINT64
+    if corrid in (0, "") and settings.iterative and new_id is not None:
+        return new_id(), True, False, rest
     if corrid in (0, ""):
         raise InvalidInput(f"inference request to model '{settings.model}' must specify a non-zero or non-empty "
                            "correlation ID")

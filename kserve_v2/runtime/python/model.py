@@ -9,8 +9,8 @@ import asyncio
 import concurrent.futures
 import inspect
 import logging
-import queue
 import threading
+from collections import deque
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,9 +23,10 @@ from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext
 from kserve_v2.backend.cancellation import current
 from kserve_v2.backend.custom_metrics import CUSTOM_METRICS
 from kserve_v2.backend.decoupled import CLOSED, ResponseStream
+from kserve_v2.backend.rescheduling import NOT_CONFIGURED, Rescheduled
 from kserve_v2.backend.text import TextContract
 from kserve_v2.protocol import datatypes
-from kserve_v2.protocol.errors import Cancelled, InternalError, ServerError
+from kserve_v2.protocol.errors import Cancelled, InternalError, InvalidInput, ServerError
 from kserve_v2.protocol.model_spec import TensorDeclaration
 from kserve_v2.runtime.python import pb_utils
 from kserve_v2.runtime.python.config import config_json
@@ -43,9 +44,25 @@ FINAL_FIRST = "Unable to send response. Non-decoupled model cannot send complete
 
 def text_of(err: BaseException) -> str:
     """An exception as model code's errors are reported: its type and message (never a traceback)."""
+    if isinstance(err, ModelCodeError):
+        return err.text
     if isinstance(err, _Exited) and isinstance(err.__cause__, SystemExit):
         err = err.__cause__
     return f"{type(err).__name__}: {err}"
+
+
+class ModelCodeError(Exception):
+    """An exception model code raised in another process (``EXECUTION_MODE`` ``process``), as that
+    process reported it: ``text`` is its ``text_of`` there."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+class InstanceFailure(Exception):
+    """An instance could not run an execution at all (its stub process died): the message is the
+    requests' whole error text (Triton's "Failed to process the request(s) for model instance ...")."""
 
 
 class _Exited(Exception):
@@ -103,8 +120,10 @@ class PythonModel:
         self.batching = PythonBatching(self)
         self._folder = folder
         self.decoupled = config.model_transaction_policy.decoupled
+        # Triton's core reschedules a request only in an iterative sequence (kserve_v2.backend.rescheduling)
+        self._reschedules = config.HasField("sequence_batching") and config.sequence_batching.iterative_sequence
         self._dtypes = {t.name: t.dtype for t in self.outputs}
-        self._free: queue.SimpleQueue[tuple[Any, str]] = queue.SimpleQueue()
+        self._free = _Free()
         self._instances: list[tuple[Any, str]] = []
         self._loops: dict[str, asyncio.AbstractEventLoop] = {}
         self._owner = object()  # the custom metric families the version creates are its (released at close)
@@ -151,7 +170,8 @@ class PythonModel:
                     for feeds, context, answer in zip(members, contexts, answers, strict=True)]
         callers = max((c.callers for c in contexts), key=len) + (self.name,)
         calls = next((c.calls for c in contexts if c.calls is not None), None)
-        instance, instance_name = self._free.get()
+        # the sequence batcher binds a sequence to one instance (its lane), as Triton's does: its state stays there
+        instance, instance_name = self._free.get(next((c.instance for c in contexts if c.instance is not None), None))
         try:
             now = Running(self._folder, calls, callers, self._owner)
             with running_as(now):
@@ -161,11 +181,13 @@ class PythonModel:
             if self.decoupled and returned is not None:
                 raise TritonModelException(f"Python model '{instance_name}' is using the decoupled mode and the "
                                            "execute function must return None.")
+            again = [pb_utils.rescheduled(request) for request in requests]
             if not self.decoupled and returned is not None:
-                _check_returned(returned, len(requests))
+                _check_returned(returned, again)
         except (Exception, SystemExit) as err:  # noqa: BLE001 - the execution's requests fail; the model serves on
             log.error("python model '%s' failed to execute", instance_name, exc_info=err)
-            failure = InternalError(f"Failed to process the request(s) for model '{instance_name}', message: "
+            failure = InternalError(str(err) if isinstance(err, InstanceFailure) else
+                                    f"Failed to process the request(s) for model '{instance_name}', message: "
                                     f"{text_of(err)}")
             for answer in answers:
                 answer.fail(failure)
@@ -174,11 +196,21 @@ class PythonModel:
                     for i, answer in enumerate(answers)]
         finally:
             self._free.put((instance, instance_name))
-        if self.decoupled:
-            return [Execution([], executions=int(i == 0)) for i in range(len(members))]
         given = returned if returned is not None else [None] * len(answers)
-        return [self._share(answer.answer(response, instance_name), output_names, i == 0)
+        first = again.index(False) if False in again else -1  # the execution counts on its first answered member
+        return [self._again(answer) if again[i]
+                else Execution([], executions=int(i == first)) if self.decoupled
+                else self._share(answer.answer(response, instance_name), output_names, i == first)
                 for i, (answer, response) in enumerate(zip(answers, given, strict=True))]
+
+    def _again(self, answer: _Answer) -> Rescheduled | ServerError:
+        """A member the model gave back (``set_release_flags`` with RESCHEDULE): its scheduler executes it
+        again (an iterative sequence), else it fails with Triton's text, the final response of a stream."""
+        if self._reschedules:
+            return Rescheduled()
+        failure = InvalidInput(NOT_CONFIGURED)
+        answer.fail(failure)
+        return failure
 
     def _run_coroutine(self, coroutine: Any, instance_name: str, answers: list[_Answer]) -> Any:
         """Run an ``async def execute`` on the instance's event loop, which runs on a thread of its own
@@ -278,19 +310,24 @@ def _serve(loop: asyncio.AbstractEventLoop) -> None:
         loop.close()
 
 
-def _check_returned(returned: Any, count: int) -> None:
-    """What a model answered once returns from ``execute``: a list with a response per request.
+def _check_returned(returned: Any, again: Sequence[bool]) -> None:
+    """What a model answered once returns from ``execute``: a list with a response per request, None
+    for each request it rescheduled (``again``).
 
     Raises:
-        TritonModelException: Triton's texts for anything else.
+        TritonModelException: Triton's texts for anything else (python_backend's ``pb_stub.cc``).
     """
+    count = len(again)
     if not isinstance(returned, list):
         raise TritonModelException(f"Expected a list in the execute return, found type '{type(returned).__name__}'.")
     if len(returned) != count:
         raise TritonModelException("Number of InferenceResponse objects do not match the number of InferenceRequest "
                                    f"objects. InferenceRequest(s) size is:{count}, and InferenceResponse(s) size "
                                    f"is:{len(returned)}")
-    for response in returned:
+    for response, rescheduled in zip(returned, again, strict=True):
+        if response is not None and rescheduled:
+            raise TritonModelException("Expected a None object in the execute function return list for reschduled "
+                                       f"request, found type '{type(response).__name__}'.")
         if response is not None and not isinstance(response, InferenceResponse):
             raise TritonModelException("Expected an 'InferenceResponse' object in the execute function return list, "
                                        f"found type '{type(response).__name__}'.")
@@ -382,6 +419,39 @@ class _Answer:
         stream = self._stream
         if stream is not None and not stream.closed:
             stream.send(None, error, True)
+
+
+class _Free:
+    """A version's free instances, a queue in the order they became free: ``get()`` takes the one free
+    longest, ``get(k)`` the ``k``-th instance put (modulo their number), the one a scheduler binds the
+    execution's requests to; both wait until it is free (any thread)."""
+
+    def __init__(self) -> None:
+        self._known: list[tuple[Any, str]] = []  # every instance put, in the order first put
+        self._free: deque[tuple[Any, str]] = deque()
+        self._changed = threading.Condition()
+
+    def put(self, item: tuple[Any, str]) -> None:
+        """``item`` (an instance and its name) is free."""
+        with self._changed:
+            if not any(known[0] is item[0] for known in self._known):
+                self._known.append(item)
+            self._free.append(item)
+            self._changed.notify_all()
+
+    def get(self, index: int | None = None) -> tuple[Any, str]:
+        """Take a free instance (``index``: that one), waiting for it."""
+        with self._changed:
+            while True:
+                if index is None and self._free:
+                    return self._free.popleft()
+                if index is not None and self._known:
+                    wanted = self._known[index % len(self._known)]
+                    for position, item in enumerate(self._free):
+                        if item[0] is wanted[0]:
+                            del self._free[position]
+                            return item
+                self._changed.wait()
 
 
 class PythonBatching:

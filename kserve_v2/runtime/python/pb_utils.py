@@ -168,6 +168,7 @@ class InferenceRequest:
         self._parameters = given
         self._sender: InferenceResponseSender | None = None
         self._cancelled: Callable[[], bool] = lambda: False
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -212,14 +213,13 @@ class InferenceRequest:
         return self._cancelled()
 
     def set_release_flags(self, flags: int) -> None:
-        """Triton's request rescheduling, which this server does not do.
-
-        Raises:
-            TritonModelException: ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``.
-        """
-        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            raise TritonModelException("request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not "
-                                       "supported by this server")
+        """How the request is released when execute returns (Triton's python_backend README, "Request
+        Rescheduling"): ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`` gives it back to be executed again
+        (a model answered once returns None for it); only a model with ``sequence_batching {
+        iterative_sequence: true }`` may, elsewhere the request fails with Triton's INVALID_ARGUMENT
+        "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not
+        configured to handle such a flag.". ``TRITONSERVER_REQUEST_RELEASE_ALL`` (the default) ends it."""
+        self._release_flags = flags
 
     def exec(self, decoupled: bool = False) -> Any:
         """Run this request on its model and wait: its response (an error is the response's, not
@@ -308,6 +308,12 @@ def received(request_id: str, correlation_id: int | str, flags: int, parameters:
     request = InferenceRequest(request_id, correlation_id, inputs, output_names, flags=flags)
     request._parameters, request._sender, request._cancelled = parameters, sender, cancelled
     return request
+
+
+def rescheduled(request: InferenceRequest) -> bool:
+    """Whether the model gave ``request`` back to be executed again (``set_release_flags`` with
+    ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``; the backend reads it once execute returned)."""
+    return bool(request._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
 
 
 class _ResponseIterator:
