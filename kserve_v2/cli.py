@@ -33,7 +33,9 @@ from kserve_v2.host.cpus import usable_cpus
 from kserve_v2.observability.log_settings import log_to_stderr
 from kserve_v2.repository.remote import repository_argument
 from kserve_v2.repository.stores import split_repositories
+from kserve_v2.runtime.python import process as python_process
 from kserve_v2.scheduling import rate_limiter
+from kserve_v2.settings.backend_config import parse_backend_config
 from kserve_v2.settings.cache_config import parse_cache_config
 from kserve_v2.settings.metrics_config import MetricsConfig, parse_metrics_config
 from kserve_v2.settings.rate_limit import RATE_LIMIT_MODES, parse_rate_limit_resource
@@ -47,7 +49,7 @@ from kserve_v2.workers.supervisor import Supervisor, reserve_ports
 ENV_PREFIX = "KSERVE_V2_"
 # Settings fields that are not one flag each: they are built from several flags (see _settings)
 _GROUPED = {"model_repositories", "load_models", "metrics_config", "trace_config", "grpc", "http", "rate_limit_resources",
-            "cache_config"}
+            "cache_config", "backend_config"}
 # Triton's spellings: the `tritonserver` command runs `serve`; `--model-store` is `--model-repository`.
 TRITON_ALIASES = {"serve": ["tritonserver"], "--model-repository": ["--model-store"]}
 # Triton's switches for what this server always does (or never does): only that value is accepted.
@@ -183,6 +185,13 @@ def _parser() -> argparse.ArgumentParser:
         default=cache_env.split(";") if cache_env else None,
         help="the response cache, for models whose config has response_cache { enable: true }: 'local,size=<bytes>' "
         f"(Triton's local cache; repeat for more settings; env {ENV_PREFIX}CACHE_CONFIG, ';'-separated)")
+    backend_env = os.environ.get(ENV_PREFIX + "BACKEND_CONFIG")
+    serve.add_argument(
+        "--backend-config", action="append", metavar="<backend>,<setting>=<value>",
+        default=backend_env.split(";") if backend_env else None,
+        help="a backend's setting (repeat): the python backend's shm-default-byte-size, shm-growth-byte-size and "
+        "shm-region-prefix-name, for models run with EXECUTION_MODE 'process' (Triton's python backend settings; "
+        f"env {ENV_PREFIX}BACKEND_CONFIG, ';'-separated)")
     flag("cache-directory", defaults.cache_directory, "where Triton looks for cache libraries (the 'local' cache is "
          "built in; another cache name fails, naming this folder)")
     flag("response-cache-byte-size", None, "DEPRECATED: --cache-config local,size=<bytes>", type=int)
@@ -312,7 +321,8 @@ def _settings(args: argparse.Namespace, repositories: tuple[Path, ...], metrics_
     cache = parse_cache_config(args.cache_config or (), args.cache_directory, args.response_cache_byte_size)
     return Settings(model_repositories=repositories, load_models=tuple(args.load_model or ()),
                     metrics_config=metrics_config, trace_config=trace_config, grpc=grpc, http=http,
-                    rate_limit_resources=resources, cache_config=cache, **flat)
+                    rate_limit_resources=resources, cache_config=cache,
+                    backend_config=parse_backend_config(args.backend_config or ()), **flat)
 
 
 def _tls(args: argparse.Namespace, proto: str) -> TlsSettings:
@@ -372,6 +382,7 @@ async def _serve(settings: Settings, group: ReplicaGroup | None = None) -> int:
     from kserve_v2.app import App  # after logging is configured; grpc.aio needs the running loop
 
     rate_limiter.configure(settings.rate_limit, settings.rate_limit_resources)  # before any model loads
+    python_process.configure(settings.backend_config)  # the shared memory of python models run in processes
     try:
         app = App(settings, group)
     except RuntimeError as err:

@@ -16,16 +16,20 @@ responses through each request's sender to the request's ``ResponseStream``
 (``kserve_v2.backend.decoupled``). An exception in ``execute`` (``SystemExit`` included) fails that
 execution's requests with Triton's text, "Failed to process the request(s) for model '<instance>',
 message: <type>: <message>", and the model goes on serving; in loading it fails the load. Unloading
-calls ``finalize``. ``EXECUTION_ENV_PATH`` and custom stubs are refused at load: models run in the
-server's interpreter.
+calls ``finalize``. Custom stubs are refused at load.
+
+With the configuration parameter ``EXECUTION_MODE`` set to ``process`` (``in_process`` is the
+default; another value fails the load), the model file is imported, auto-completed, initialized and
+executed in a stub process per instance instead (``kserve_v2.runtime.python.process``), as Triton
+runs every python model: a crash there fails only that instance's requests, and ``execute`` holds
+no GIL of the server's. ``EXECUTION_ENV_PATH`` (a packed environment, or an environment folder)
+implies it: the environment's interpreter runs the stub processes
+(``kserve_v2.runtime.python.environments``).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +40,9 @@ from kserve_v2.runtime.python import pb_utils
 from kserve_v2.runtime.python.config import ModelConfig, complete, config_json
 from kserve_v2.runtime.python.model import PythonModel, running_as, text_of
 from kserve_v2.runtime.python.pb_utils import Running
+from kserve_v2.runtime.python.environments import PARAMETER, open_environment
+from kserve_v2.runtime.python.process import EXECUTION_MODE, IN_PROCESS, ProcessModel, execution_mode
+from kserve_v2.runtime.python.stub import import_model_class
 
 # model.py imports it by Triton's name
 sys.modules.setdefault("triton_python_backend_utils", pb_utils)
@@ -44,7 +51,6 @@ STUB_ARGV = [""]
 
 MODEL_FILE = "model.py"
 CUSTOM_STUB = "triton_python_backend_stub"
-_loaded = itertools.count()
 
 
 def open_python(model_dir: Path, version: int, config: mc.ModelConfig) -> PythonModel:
@@ -52,25 +58,42 @@ def open_python(model_dir: Path, version: int, config: mc.ModelConfig) -> Python
     the instances.
 
     Raises:
-        ValueError: ``EXECUTION_ENV_PATH`` or a custom stub; a file that fails to import or has no
+        ValueError: a custom stub; an ``EXECUTION_ENV_PATH`` that cannot be used (``open_environment``),
+            or with ``EXECUTION_MODE`` ``in_process``; a file that fails to import or has no
             ``TritonPythonModel``; an ``auto_complete_config`` or ``initialize`` that raises (the
             message names the model, the step and the exception).
         FileNotFoundError: no model file.
     """
-    if "EXECUTION_ENV_PATH" in config.parameters:
-        raise ValueError(f"model '{config.name}': EXECUTION_ENV_PATH (a packed Python environment) is not supported: "
-                         "python models run in the server's own interpreter; install their packages there")
     if (model_dir / CUSTOM_STUB).exists():
-        raise ValueError(f"model '{config.name}': a custom python backend stub is not supported: python models run in "
-                         "the server's own interpreter")
+        raise ValueError(f"model '{config.name}': a custom python backend stub is not supported: the stub is this "
+                         "server's own (kserve_v2.runtime.python.stub)")
+    in_process = execution_mode(config) == IN_PROCESS
+    environment = None
+    if PARAMETER in config.parameters:  # a packed environment: its interpreter runs the stub processes
+        if in_process and EXECUTION_MODE in config.parameters:
+            raise ValueError(f"model '{config.name}': {PARAMETER} runs the model in stub processes, which "
+                             f"{EXECUTION_MODE} 'in_process' refuses")
+        environment, in_process = open_environment(config.parameters[PARAMETER].string_value, model_dir), False
     relative = Path(str(version), config.default_model_filename or MODEL_FILE)
     path = confined_file(model_dir, relative, "default_model_filename", config.name)
     if not path.is_file():
         raise FileNotFoundError(f"model file '{relative}' not found")
+    if not in_process:
+        model = ProcessModel(path, config.name, environment)
+        try:
+            return _opened(model, model.completes, path, model_dir, version, config)
+        finally:
+            model.discard()
     sys.argv = list(STUB_ARGV)  # model code (unittest.main, argparse) never sees the server's command line
-    model_class = _model_class(path, config.name)
+    model_class = import_model_class(path, config.name)
+    return _opened(model_class, hasattr(model_class, "auto_complete_config"), path, model_dir, version, config)
+
+
+def _opened(model_class: Any, completes: bool, path: Path, model_dir: Path, version: int,
+            config: mc.ModelConfig) -> PythonModel:
+    """Auto-complete ``config`` with ``model_class`` (when ``completes``) and initialize its instances."""
     folder = str(path.parent)
-    if hasattr(model_class, "auto_complete_config"):
+    if completes:
         with running_as(Running(folder, None, ())):
             try:
                 completed = model_class.auto_complete_config(ModelConfig(config_json(config)))
@@ -78,36 +101,6 @@ def open_python(model_dir: Path, version: int, config: mc.ModelConfig) -> Python
                 raise ValueError(f"auto_complete_config of python model '{config.name}' failed: {text_of(err)}") from None
         complete(config, completed)
     return PythonModel(model_class, config, model_dir, version, folder)
-
-
-def _model_class(path: Path, name: str) -> Any:
-    """Import the model file as the module ``model`` of a package that is its version folder (as
-    Triton's stub imports ``<version>.model``, so ``from . import helper`` finds the folder's
-    ``helper.py``; the folder is on ``sys.path`` too, for ``import helper``) and return its
-    ``TritonPythonModel``."""
-    folder = str(path.parent)
-    if folder not in sys.path:
-        sys.path.append(folder)  # sibling modules import as in Triton's stub
-    package = types.ModuleType(f"_kserve_v2_python_model_{next(_loaded)}")
-    package.__path__ = [folder]
-    package.__package__ = package.__name__
-    sys.modules[package.__name__] = package
-    spec = importlib.util.spec_from_file_location(f"{package.__name__}.{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise ValueError(f"python model '{name}': its model file cannot be imported")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    setattr(package, path.stem, module)
-    try:
-        spec.loader.exec_module(module)
-    except (Exception, SystemExit) as err:  # noqa: BLE001 - the load failure reason
-        sys.modules.pop(spec.name, None)
-        sys.modules.pop(package.__name__, None)
-        raise ValueError(f"python model '{name}': importing its model file failed: {text_of(err)}") from None
-    model_class = getattr(module, "TritonPythonModel", None)
-    if not isinstance(model_class, type):
-        raise ValueError(f"python model '{name}': its model file defines no class TritonPythonModel")
-    return model_class
 
 
 BACKEND = Backend(open_python)

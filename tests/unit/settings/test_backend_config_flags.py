@@ -1,0 +1,33 @@
+"""``--backend-config=python,<setting>=<value>``: Triton's python backend shared memory settings and
+their texts; other backends and settings refused, naming them."""
+
+from __future__ import annotations
+
+import pytest
+
+from kserve_v2.settings.backend_config import PythonBackendConfig, parse_backend_config
+
+
+def test_defaults_are_tritons() -> None:
+    assert parse_backend_config(()) == PythonBackendConfig(1 << 20, 1 << 20, "triton_python_backend_shm_region_")
+
+
+def test_the_python_settings_are_read() -> None:
+    config = parse_backend_config(["python,shm-default-byte-size=4194304", "python,shm-growth-byte-size=65536",
+                                   "python,shm-region-prefix-name=mine_"])
+    assert config == PythonBackendConfig(4 << 20, 65536, "mine_")
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    ("python", "--backend-config option format is '<backend name>,<setting>=<value>'. Got python"),
+    ("onnxruntime,enable-global-threadpool=1", "backend 'onnxruntime' has no settings here"),
+    ("python,stub-timeout-seconds=30", "python setting 'stub-timeout-seconds' is not supported"),
+    ("python,shm-growth-byte-size=lots", "python setting 'shm-growth-byte-size' must be an integer, got 'lots'"),
+    ("python,shm-default-byte-size=1024", "shm-default-byte-size can't be smaller than 4 MiBs"),
+    ("python,shm-growth-byte-size=0", "shm-growth-byte-size can't be smaller than or equal to zero."),
+    ("python,shm-region-prefix-name=", "shm-region-prefix-name must at least contain one character."),
+])
+def test_what_is_refused(value: str, text: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        parse_backend_config([value])
+    assert text in str(raised.value)
