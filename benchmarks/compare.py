@@ -17,7 +17,8 @@ Cases: `simple` over gRPC at concurrency 1, 4, 16; over REST with JSON at 4; the
 at 1 MiB (concurrency 4) and 16 MiB (concurrency 1) over gRPC and over REST with binary tensors; and
 the python step: `simple_python` (examples/model_repository/simple_python/1/model.py, `simple`'s sum and
 difference in numpy) run by our python backend and by Triton's, the same file, over gRPC at concurrency
-1 and 4 (perf_analyzer only: neither the ceiling nor MLServer runs python models).
+1 and 4 (perf_analyzer only: neither the ceiling nor MLServer runs python models), in our server's
+process and in our stub processes (``EXECUTION_MODE`` ``process``, as Triton runs it).
 Then our cold start to ready and idle RSS next to Triton's, and benchmarks/encode.py.
 
 Usage: python benchmarks/compare.py [--seconds 5] [--smoke] [--skip-triton] [--skip-mlserver] [--case TEXT ...]
@@ -57,6 +58,7 @@ EXAMPLES = ROOT / "examples" / "model_repository"
 MIB = 2**20
 MINILM = "all-MiniLM-L6-v2"
 SERVERS = ("ours", "Triton", "ceiling", "MLServer")
+PROCESS_MODEL = "simple_python_process"  # simple_python with EXECUTION_MODE process, made by _ours
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class Case:
     concurrency: int
     tensor_format: str | None = None  # http: json | binary
     servers: tuple[str, ...] = SERVERS  # the servers that run the case
+    ours_model: str = ""  # the model our server runs for the case, when not ``model``
 
 
 CASES = (
@@ -82,6 +85,11 @@ CASES = (
     # the python step: the same model.py on our python backend and on Triton's
     Case("grpc simple_python c=1", "grpc", "simple_python", 0, 1, servers=("ours", "Triton")),
     Case("grpc simple_python c=4", "grpc", "simple_python", 0, 4, servers=("ours", "Triton")),
+    # the same file in our stub processes (EXECUTION_MODE process), as Triton runs it
+    Case("grpc simple_python in a stub process c=1", "grpc", "simple_python", 0, 1, servers=("ours", "Triton"),
+         ours_model=PROCESS_MODEL),
+    Case("grpc simple_python in a stub process c=4", "grpc", "simple_python", 0, 4, servers=("ours", "Triton"),
+         ours_model=PROCESS_MODEL),
 )
 
 
@@ -203,11 +211,12 @@ async def drive(case: Case, port: int, seconds: float) -> dict[str, float] | str
     return {"infer/s": len(latencies) / elapsed, "p50 ms": float(p50), "p99 ms": float(p99)}
 
 
-def measure_pa(tool: str, case: Case, ports: dict[str, int], seconds: float, work: Path) -> dict[str, float] | str:
+def measure_pa(tool: str, case: Case, ports: dict[str, int], seconds: float, work: Path,
+               model: str = "") -> dict[str, float] | str:
     """perf_analyzer's figures over three windows; no stability criterion (on a shared box it is rarely met)."""
     shape = f"INPUT0:{case.elements}" if case.elements else None
     try:
-        return run(tool, ports, case.model, case.concurrency, seconds, shape, work, case.protocol, case.tensor_format,
+        return run(tool, ports, model or case.model, case.concurrency, seconds, shape, work, case.protocol, case.tensor_format,
                    stability=999, window_requests=tensor_window(case.elements * 4, seconds))
     except subprocess.CalledProcessError as err:
         return f"fails: perf_analyzer exit {err.returncode}"
@@ -284,7 +293,8 @@ def main() -> None:
                     if server not in case.servers:
                         continue
                     if server != "MLServer":
-                        pa[(server, case.label)] = measure_pa(tool, case, ports, seconds, work)
+                        model = case.ours_model if server == "ours" else ""
+                        pa[(server, case.label)] = measure_pa(tool, case, ports, seconds, work, model)
                     if "MLServer" in case.servers and server in ("ours", "MLServer") and case.tensor_format != "binary":
                         # MLServer: no binary extension
                         tc[(server, case.label)] = asyncio.run(drive(case, ports[case.protocol], seconds))
@@ -316,8 +326,14 @@ def main() -> None:
 
 
 def _ours(work: Path) -> tuple[list[subprocess.Popen], dict[str, int]]:
-    proc, ports = start_server(EXAMPLES, work / "ours.log", "--model-control-mode", "explicit",
-                               "--load-model", "simple", "--load-model", "identity_fp32", "--load-model", "simple_python")
+    extra = work / "ours-extra"  # simple_python run in stub processes
+    shutil.copytree(EXAMPLES / "simple_python", extra / PROCESS_MODEL)
+    config = extra / PROCESS_MODEL / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "simple_python"', f'name: "{PROCESS_MODEL}"')
+                      + 'parameters: { key: "EXECUTION_MODE" value: { string_value: "process" } }\n')
+    proc, ports = start_server(EXAMPLES, work / "ours.log", "--model-repository", str(extra), "--model-control-mode",
+                               "explicit", "--load-model", "simple", "--load-model", "identity_fp32", "--load-model",
+                               "simple_python", "--load-model", PROCESS_MODEL)
     return [proc], ports
 
 

@@ -54,7 +54,8 @@ def test_comparison_harness_prints_its_table() -> None:
                                               if line.startswith(("| grpc", "| http")))}
     assert list(rows) == ["grpc simple c=1", "grpc simple c=4", "grpc simple c=16", "http simple json c=4",
                           "grpc identity 1 MiB c=4", "grpc identity 16 MiB c=1", "http identity binary 1 MiB c=4",
-                          "http identity binary 16 MiB c=1", "grpc simple_python c=1", "grpc simple_python c=4"]
+                          "http identity binary 16 MiB c=1", "grpc simple_python c=1", "grpc simple_python c=4",
+                          "grpc simple_python in a stub process c=1", "grpc simple_python in a stub process c=4"]
     unit = ("infer/s", "MB/s")
     for label, (ours, triton, ceiling, *_, ours_tc, _mlserver, _) in rows.items():
         assert ours.split(" (")[0].endswith(unit), (label, ours)  # perf_analyzer drove ours
