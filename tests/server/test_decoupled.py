@@ -8,7 +8,6 @@ and each response by its index; and business logic scripting iterating a decoupl
 
 from __future__ import annotations
 
-import queue
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from helpers import Server, add_python_model, start_server, wait_until
+from stream_client import StreamReader
 
 # COUNT responses (OUT = 0, 1, ...), then the final flag; parameters: delay_ms between responses,
 # together (the final flag on the last response), fail (an error response last), raise (execute raises)
@@ -97,30 +97,12 @@ def _count(n: int) -> list[grpcclient.InferInput]:
     return [tensor]
 
 
-class Stream:
-    """A tritonclient stream whose results are read in the order they come."""
-
-    def __init__(self, server: Server) -> None:
-        self.client = grpcclient.InferenceServerClient(server.url)
-        self.results: queue.Queue = queue.Queue()
-        self.client.start_stream(callback=lambda result, error: self.results.put((result, error)))
+class Stream(StreamReader):
+    """A stream of requests to ``repeat``, read in the order the responses come."""
 
     def send(self, n: int, request_id: str, empty_final: bool = False, **parameters) -> None:
         self.client.async_stream_infer("repeat", _count(n), request_id=request_id, parameters=parameters or None,
                                        enable_empty_final_response=empty_final)
-
-    def next(self) -> tuple[str, int | None, bool, str | None]:
-        """(request id, OUT or None, triton_final_response, error message or None) of the next response."""
-        result, error = self.results.get(timeout=30)
-        if error is not None:
-            return "", None, True, error.message()
-        response = result.get_response()
-        out = result.as_numpy("OUT")
-        return response.id, None if out is None else int(out[0]), response.parameters["triton_final_response"].bool_param, None
-
-    def close(self, cancel: bool = False) -> None:
-        self.client.stop_stream(cancel_requests=cancel)
-        self.client.close()
 
 
 def test_zero_one_and_many_responses_per_request(server: Server) -> None:

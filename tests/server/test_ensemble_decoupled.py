@@ -11,7 +11,6 @@ ensemble whose steps take inputs from different decoupled steps fails to load wi
 from __future__ import annotations
 
 import json
-import queue
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +21,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from helpers import Server, add_python_model, pending, start_server, wait_pending, wait_until
+from stream_client import StreamReader
 
 # three responses (parameter count) OUT = IN * 10 + i, then the final flag alone; parameters: delay_ms between
 # responses, together (the final flag on the third), fail (an error response after the first)
@@ -130,37 +130,12 @@ def _in(value: int) -> list[grpcclient.InferInput]:
     return [tensor]
 
 
-class Stream:
-    """A tritonclient stream whose results are read in the order they come."""
-
-    def __init__(self, server: Server) -> None:
-        self.client = grpcclient.InferenceServerClient(server.url)
-        self.results: queue.Queue = queue.Queue()
-        self.client.start_stream(callback=lambda result, error: self.results.put((result, error)))
+class Stream(StreamReader):
+    """A stream of requests to the ensembles, read in the order the responses come."""
 
     def send(self, value: int, request_id: str, model: str = "triple_plus", **parameters: Any) -> None:
         self.client.async_stream_infer(model, _in(value), request_id=request_id, parameters=parameters or None,
                                        enable_empty_final_response=True)
-
-    def next(self) -> tuple[str, int | None, bool, str | None]:
-        """(request id, OUT or None, triton_final_response, error message or None) of the next response."""
-        result, error = self.results.get(timeout=30)
-        if error is not None:
-            return "", None, True, error.message()
-        response = result.get_response()
-        out = result.as_numpy("OUT")
-        return response.id, None if out is None else int(out[0]), response.parameters["triton_final_response"].bool_param, None
-
-    def until_final(self) -> list[tuple[str, int | None, bool, str | None]]:
-        """The responses up to the one that carries the final flag."""
-        answers = [self.next()]
-        while not answers[-1][2]:
-            answers.append(self.next())
-        return answers
-
-    def close(self, cancel: bool = False) -> None:
-        self.client.stop_stream(cancel_requests=cancel)
-        self.client.close()
 
 
 def _with_outputs(answers: list[tuple[str, int | None, bool, str | None]]) -> list[tuple[str, int | None]]:

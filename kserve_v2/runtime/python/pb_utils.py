@@ -316,7 +316,32 @@ def rescheduled(request: InferenceRequest) -> bool:
     return bool(request._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
 
 
-class _ResponseIterator:
+class _AsyncResponses:
+    """``async for`` over a response iterator: each ``__next__`` waits on a worker thread of the running loop."""
+
+    def __next__(self) -> InferenceResponse:
+        raise NotImplementedError  # the iterator's own
+
+    def __aiter__(self) -> _AsyncResponses:
+        return self
+
+    async def __anext__(self) -> InferenceResponse:
+        import asyncio
+
+        response = await asyncio.get_running_loop().run_in_executor(None, self._next_or_end)
+        if response is None:
+            raise StopAsyncIteration
+        return response
+
+    def _next_or_end(self) -> InferenceResponse | None:
+        """The next response, or None at the end (a StopIteration cannot cross into an asyncio future)."""
+        try:
+            return self.__next__()
+        except StopIteration:
+            return None
+
+
+class _ResponseIterator(_AsyncResponses):
     """The responses of a BLS request to a decoupled model, as they come (Triton's ``ResponseIterator``).
     ``cancel`` cancels the request (Triton's python backend README, "Cancelling decoupled BLS
     requests"): the callee's ``is_cancelled()`` turns true and the iterator ends with a CANCELLED
@@ -331,17 +356,6 @@ class _ResponseIterator:
 
     def __iter__(self) -> Iterator[InferenceResponse]:
         return self
-
-    def __aiter__(self) -> _ResponseIterator:
-        return self
-
-    async def __anext__(self) -> InferenceResponse:
-        import asyncio
-
-        try:
-            return await asyncio.get_running_loop().run_in_executor(None, self.__next__)
-        except StopIteration:
-            raise StopAsyncIteration from None
 
     def cancel(self) -> None:
         """Cancel the request (any time; after its final response, nothing happens)."""

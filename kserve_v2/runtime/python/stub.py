@@ -318,7 +318,7 @@ def _inline_response(meta: Any) -> InferenceResponse:
                              pb_utils.TritonError(*error) if error is not None else None, parameters)
 
 
-class _ResponseIterator:
+class _ResponseIterator(pb_utils._AsyncResponses):
     """The responses of a BLS request to a decoupled model, in the stub: the server's iterator
     (``pb_utils``' ``_ResponseIterator``: its timeout, errors and ``cancel``), one response per call."""
 
@@ -335,15 +335,6 @@ class _ResponseIterator:
             self._done = True
             raise StopIteration
         return _inline_response(meta)
-
-    def __aiter__(self) -> _ResponseIterator:
-        return self
-
-    async def __anext__(self) -> InferenceResponse:
-        try:
-            return await asyncio.get_running_loop().run_in_executor(None, self.__next__)
-        except StopIteration:
-            raise StopAsyncIteration from None
 
     def cancel(self) -> None:
         """Cancel the request (the callee's ``is_cancelled()`` turns true)."""

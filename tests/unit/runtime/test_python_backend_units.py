@@ -85,3 +85,26 @@ def test_auto_complete_adds_tensors_and_refuses_what_contradicts_the_configurati
         again.set_model_transaction_policy({"decoupled": False})
     with pytest.raises(ValueError, match="must return a valid pb.ModelConfig object"):
         complete(config, None)  # type: ignore[arg-type]
+
+
+def test_a_response_iterator_serves_async_for_on_worker_threads() -> None:
+    """``async for`` over a BLS response iterator (in the server and in a stub process) takes each response from a
+    worker thread of the running loop, and ends where the iterator does."""
+    from kserve_v2.runtime.python.pb_utils import _AsyncResponses
+
+    class Two(_AsyncResponses):
+        def __init__(self) -> None:
+            self.left, self.threads = [1, 2], set()
+
+        def __next__(self):  # noqa: ANN204 - the responses stand in for InferenceResponses
+            self.threads.add(threading.current_thread().name)
+            if not self.left:
+                raise StopIteration
+            return self.left.pop(0)
+
+    async def collect(responses: Two) -> list:
+        return [response async for response in responses]
+
+    responses = Two()
+    assert asyncio.run(collect(responses)) == [1, 2]
+    assert threading.current_thread().name not in responses.threads
