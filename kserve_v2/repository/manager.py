@@ -121,7 +121,8 @@ class ModelManager(ModelRecords):
         layout.validate_model_name(name)
         overrides = overrides or LoadOverrides()
         async with self._locked(name):
-            await self.refresh()
+            if not _chain:  # an ensemble's steps load after the ensemble's own load listed the store
+                await self.refresh()
             folder = self._folder(name, overrides)
             if not overrides.files:  # a remote repository's model folder is downloaded first
                 await asyncio.to_thread(remote.fetch_model, folder)
@@ -195,8 +196,9 @@ class ModelManager(ModelRecords):
         if self.step_runner is None:
             result.error = f"ensemble '{name}' cannot run: the server has no inference call for its steps"
             return
-        if ensemble.decoupled(steps) or result.config.model_transaction_policy.decoupled:
-            result.config.model_transaction_policy.decoupled = ensemble.decoupled(steps)
+        decoupled = ensemble.decoupled(steps)
+        if decoupled or result.config.HasField("model_transaction_policy"):
+            result.config.model_transaction_policy.decoupled = decoupled
         labels = ensemble.step_labels(result.config, result.labels, lookup)
         for version in result.ensemble_versions:
             scheduler = EnsembleScheduler(result.config, steps, self.step_runner, self.step_streamer)
