@@ -20,7 +20,7 @@ from adapters.tokenizer import OVERFLOW_POLICIES, Batch, TextTokenizer
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Execution, Parameter, RequestContext, TextContract
 from kserve_v2.protocol.errors import InvalidInput, ServerError
-from kserve_v2.scheduling.dynamic_batcher import RESERVED_PARAMETERS
+from kserve_v2.scheduling.batch_rows import key_parameters
 
 # texts in one merged batch, unless preferred_batch_size says otherwise
 TEXT_BATCH_ITEMS = 64
@@ -82,8 +82,7 @@ class TextBatching:
         """Requests merge when they ask the same outputs with the same parameters and non-text inputs."""
         others = tuple((name, tuple(bytes(v) for v in array.reshape(-1))) for name, array in sorted(feeds.items())
                        if name != "text")
-        own = tuple(sorted((k, str(v)) for k, v in parameters.items() if k not in RESERVED_PARAMETERS))
-        return tuple(output_names), own, others
+        return tuple(output_names), key_parameters(parameters), others
 
     def execute_batch(self, members: list[dict[str, np.ndarray]], output_names: Sequence[str],
                       parameters: Mapping[str, Parameter], contexts: Sequence[RequestContext] = ()

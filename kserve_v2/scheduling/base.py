@@ -9,7 +9,8 @@ one ``Scheduler``, picked once when the version loads (``kserve_v2.models.versio
 - ``ensemble_scheduler.EnsembleScheduler``: ``ensemble_scheduling``; the steps run as requests to
   other models.
 
-The batchers queue ``Pending`` requests and fail them with ``fail_pending``.
+The batchers queue ``Pending`` requests (``DynamicRequest``, ``SequenceRequest``) and fail them with
+``fail_pending``; ``run_inline`` is the fast path ``DirectScheduler`` and the dynamic batcher share.
 """
 
 from __future__ import annotations
@@ -73,22 +74,15 @@ class Scheduler(Protocol):
 
 @dataclass(slots=True, eq=False)
 class Pending:
-    """A request waiting in a batcher's queue.
+    """A request waiting in a batcher's queue: what both batchers keep of it (each adds its own part,
+    ``DynamicRequest`` and ``SequenceRequest``).
 
     Attributes:
         feeds, output_names, parameters: the decoded request.
         key: requests with equal keys may share a batch.
-        enqueued_ns: when it was queued (``time.perf_counter_ns``).
+        enqueued_ns: when it was queued (the batcher's clock, ``time.perf_counter_ns`` by default).
         future: its outcome; cancelled when its caller goes away.
-        batch_size: its size in the batch limit (the dynamic batcher's).
-        start, end: its sequence flags (the sequence batcher's).
         context: its id, callers and response stream, for the backend.
-        priority: its priority level (the dynamic batcher's; lower runs first).
-        deadline_ns: when its queue policy's timeout expires (``time.perf_counter_ns``; 0: never).
-        released: set when every request dispatched before it has its outcome (the dynamic batcher's
-            ``preserve_ordering``); None when its answer need not wait for others.
-        owed: executions that ran it and that no request's outcome counted yet (the sequence batcher's:
-            every row of them was rescheduled, ``kserve_v2.backend.rescheduling``); its outcome counts them.
     """
 
     feeds: Feeds
@@ -97,13 +91,39 @@ class Pending:
     key: Hashable
     enqueued_ns: int
     future: asyncio.Future[Outcome] = field(repr=False)
-    batch_size: int = 1
-    start: bool = False
-    end: bool = False
     context: RequestContext = NO_CONTEXT
+
+
+@dataclass(slots=True, eq=False)
+class DynamicRequest(Pending):
+    """A request of the dynamic batcher (``kserve_v2.scheduling.priority_queue`` queues it).
+
+    Attributes:
+        batch_size: its size in the batch limit.
+        priority: its priority level (lower runs first), set when it is queued.
+        deadline_ns: when its queue policy's timeout expires (``enqueued_ns``'s clock; 0: never).
+        released: set when every request dispatched before it has its outcome (``preserve_ordering``);
+            None when its answer need not wait for others.
+    """
+
+    batch_size: int = 1
     priority: int = 0
     deadline_ns: int = 0
     released: asyncio.Future[None] | None = field(default=None, repr=False)
+
+
+@dataclass(slots=True, eq=False)
+class SequenceRequest(Pending):
+    """A request of the sequence batcher.
+
+    Attributes:
+        start, end: its sequence flags.
+        owed: executions that ran it and that no request's outcome counted yet (every row of them was
+            rescheduled, ``kserve_v2.backend.rescheduling``); its outcome counts them.
+    """
+
+    start: bool = False
+    end: bool = False
     owed: int = 0
 
 
@@ -123,6 +143,18 @@ def model_time(execution: Execution, started_ns: int, finished_ns: int) -> int:
     return finished_ns - started_ns - execution.pre_ns - execution.post_ns
 
 
+def run_inline(pool: InstancePool, size: int, feeds: Feeds, output_names: Sequence[str],
+               parameters: Mapping[str, Parameter], context: RequestContext) -> Outcome | None:
+    """The fast path both schedulers share: a request whose execution ``pool`` measured to be tiny
+    (``InstancePool.runs_inline``, with ``size`` bytes of inputs) runs alone, here on the event loop;
+    its outcome (queue_ns 0), or None when it must go the ordinary way."""
+    if not pool.runs_inline(size):
+        return None
+    executable = pool.executable
+    execution, started, finished = pool.inline(lambda: executable.execute(feeds, output_names, parameters, context))
+    return execution, 0, model_time(execution, started, finished)
+
+
 class DirectScheduler:
     """Each request executes on its own, as soon as an instance is free (a version without a
     batching block); work measured to be tiny runs on the event loop (``InstancePool.runs_inline``).
@@ -138,11 +170,10 @@ class DirectScheduler:
                      batch_size: int, context: RequestContext = NO_CONTEXT) -> Outcome:
         """See ``Scheduler.submit``."""
         pool, size = self._pool, nbytes(feeds)
+        outcome = run_inline(pool, size, feeds, output_names, parameters, context)
+        if outcome is not None:
+            return outcome
         executable = pool.executable
-        if pool.runs_inline(size):
-            execution, started, finished = pool.inline(lambda: executable.execute(feeds, output_names, parameters,
-                                                                                  context))
-            return execution, 0, model_time(execution, started, finished)
         submitted = time.perf_counter_ns()
         execution, started, finished = await pool.run(
             lambda: executable.execute(feeds, output_names, parameters, context), size)

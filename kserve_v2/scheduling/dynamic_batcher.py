@@ -1,64 +1,44 @@
 """Triton's dynamic batcher for one model version (``model_configuration.md``, dynamic batcher).
 
-Requests queue per version; a batch is formed when a model instance is free: the longest run of
+Requests wait in a ``PriorityQueue`` (``kserve_v2.scheduling.priority_queue``: priority levels,
+queue policies, timeouts); a batch is formed when a model instance is free: the longest run of
 compatible requests at the head of the queue (same batch key: by default the inputs' non-batch
 shapes and datatypes, the outputs and the parameters other than Triton's reserved ones) whose sizes
-sum to at most the batch limit. It is dispatched at once
-when a prefix of it reaches a ``preferred_batch_size`` (the largest such prefix), when it is full
-or cannot grow, or when its oldest request has waited ``max_queue_delay_microseconds``.
-The executor merges the members and splits the results (tensor models: along the batch dim,
-``RowBatching``; text models: texts into one tokenized batch; ragged models: ragged inputs
-concatenated, batch inputs built and batch outputs scattered, ``kserve_v2.scheduling.ragged``; as
-the backend's ``BatchStrategy`` says). A failing batch fails each member with the error; the batcher keeps running. A request
-the batcher would dispatch alone at once (an instance free, nothing queued, no queue delay) whose
-execution is measured to be tiny runs on the event loop here and now, unmerged (the fast path of
-``InstancePool.runs_inline``). A cancelled request leaves the queue at once, and a running batch
-whose members are all gone is cancelled, which stops the model's execution
+sum to at most the batch limit. It is dispatched at once when a prefix of it reaches a
+``preferred_batch_size`` (the largest such prefix), when it is full or cannot grow, or when its
+oldest request has waited ``max_queue_delay_microseconds``. The executor merges the members and
+splits the results (tensor models: along the batch dim, ``RowBatching``; text models: texts into
+one tokenized batch; ragged models: ragged inputs concatenated, batch inputs built and batch outputs
+scattered, ``kserve_v2.scheduling.ragged``; as the backend's ``BatchStrategy`` says). A failing
+batch fails each member with the error; the batcher keeps running. A request the batcher would
+dispatch alone at once (an instance free, nothing queued, no queue delay) whose execution is
+measured to be tiny runs on the event loop here and now, unmerged (``base.run_inline``, the fast
+path ``DirectScheduler`` takes too). A cancelled request leaves the queue at once, and a running
+batch whose members are all gone is cancelled, which stops the model's execution
 (``kserve_v2.backend.cancellation``).
 
-Priorities and queue policies, as Triton's core has them (``scheduler_utils.cc``, ``PriorityQueue``;
-the schedule-policy extension):
-
-- ``priority_levels`` levels, 1 the highest; the queue is one FIFO per level, and batches take the
-  requests of the highest level first (a batch may span levels). A request's ``priority``
-  parameter picks its level; 0, an absent one or one beyond ``priority_levels`` means
-  ``default_priority_level`` (``InferenceRequest::SetPriority``). Without ``priority_levels`` every
-  request is at one level.
-- Each level has its queue policy: ``priority_queue_policy[level]``, else ``default_queue_policy``.
-  ``max_queue_size`` bounds the level's queue (more gets UNAVAILABLE "[request id: <id>] Exceeds
-  maximum queue size"); ``default_timeout_microseconds`` is how long a request may wait, which its
-  ``timeout`` parameter (microseconds) may shorten, never lengthen, when ``allow_timeout_override``
-  is set. Past it, ``timeout_action: REJECT`` fails the request (UNAVAILABLE "Request timeout
-  expired") and ``DELAY`` moves it behind the unexpired requests of its level, where it still runs.
-- ``preserve_ordering``: answers leave in the order the requests were dispatched (their arrival
-  order, as the configuration allows one level and no DELAY then), even when a later batch on
-  another instance finishes first.
+``preserve_ordering``: answers leave in the order the requests were dispatched (their arrival
+order, as the configuration allows one level and no DELAY then), even when a later batch on another
+instance finishes first (Triton's completion queue).
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
-import itertools
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-
-import numpy as np
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import NO_CONTEXT, BatchStrategy, Executable, Execution, Parameter, RequestContext
-from kserve_v2.protocol.errors import InternalError, InvalidInput, Overloaded, Unavailable
-from kserve_v2.scheduling.base import Execute, Feeds, Key, Outcome, Pending, fail_pending, model_time
+from kserve_v2.scheduling.batch_rows import merge_rows, row_key, split_rows
+from kserve_v2.scheduling.base import (DynamicRequest, Execute, Feeds, Key, Outcome, fail_pending, model_time,
+                                       run_inline)
 from kserve_v2.scheduling.instances import InstancePool, nbytes
+from kserve_v2.scheduling.priority_queue import Clock, PriorityQueue, request_priority, request_timeout_us
 
 # (feeds, V2 batch size) -> the request's size in the batch limit
 Items = Callable[[Feeds, int], int]
-# Request parameters Triton's frontends take for themselves (the parameters extension): never part of a batch key
-RESERVED_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "headers",
-                                 "binary_data_output"})
-TIMEOUT_EXPIRED = "Request timeout expired"  # Triton's text for a request rejected by its queue policy
 
 
 def queue_policy_problem(config: mc.ModelConfig) -> str | None:
@@ -84,47 +64,6 @@ def queue_policy_problem(config: mc.ModelConfig) -> str | None:
     return None
 
 
-def request_priority(parameters: Mapping[str, Parameter]) -> int:
-    """The request's ``priority`` parameter (0 when absent: the default level).
-
-    Raises:
-        InvalidInput: not an integer, or negative (Triton's texts) -> INVALID_ARGUMENT / 400.
-    """
-    return _unsigned(parameters, "priority", "int64_param or uint64_param")
-
-
-def request_timeout_us(parameters: Mapping[str, Parameter]) -> int:
-    """The request's ``timeout`` parameter in microseconds (0 when absent: the queue policy's own).
-
-    Raises:
-        InvalidInput: not an integer, or negative -> INVALID_ARGUMENT / 400.
-    """
-    return _unsigned(parameters, "timeout", "int64_param")
-
-
-def _unsigned(parameters: Mapping[str, Parameter], name: str, kinds: str) -> int:
-    value = parameters.get(name, 0)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInput(f"invalid value type for '{name}' parameter, expected {kinds}.")
-    if value < 0:
-        raise InvalidInput(f"invalid value for '{name}', expected value >= 0.")
-    return value
-
-
-@dataclass(slots=True, eq=False)
-class _Level:
-    """One priority level's queue (Triton's ``PolicyQueue``): unexpired requests, then those
-    ``DELAY`` moved behind them."""
-
-    policy: mc.ModelQueuePolicy
-    kept: bool  # configured: stays when empty (others are made on use and dropped when empty)
-    queue: deque[Pending] = field(default_factory=deque)
-    delayed: deque[Pending] = field(default_factory=deque)
-
-    def __len__(self) -> int:
-        return len(self.queue) + len(self.delayed)
-
-
 class DynamicBatcher:
     """Merges the requests of one model version into batches (see the module docstring); a ``Scheduler``.
 
@@ -138,11 +77,13 @@ class DynamicBatcher:
         pool: the version's instances, released by ``close``; None for a batcher that owns none.
         alone: whether a request dispatched alone at once may execute unmerged on ``pool``'s event
             loop fast path (tensor batching; not a strategy that must merge, as text batching).
+        clock: the queue's time, ns (``time.perf_counter_ns``, as ``execute``'s started_ns; see
+            ``PriorityQueue``).
     """
 
     def __init__(self, config: mc.ModelDynamicBatching, max_batch_size: int, instances: int, execute: Execute,
                  key: Key | None = None, *, items: Items | None = None, pool: InstancePool | None = None,
-                 alone: bool = False) -> None:
+                 alone: bool = False, clock: Clock = time.perf_counter_ns) -> None:
         self._key = key or row_key
         self._items = items
         self._pool = pool
@@ -151,19 +92,9 @@ class DynamicBatcher:
         self._max_batch = max_batch_size
         self._preferred = sorted({s for s in config.preferred_batch_size if 0 < s <= max_batch_size})
         self._delay_ns = config.max_queue_delay_microseconds * 1000
-        self._max_level = config.priority_levels
-        self._default_level = config.default_priority_level if config.priority_levels else 0
-        self._default_policy = config.default_queue_policy
-        self._levels: dict[int, _Level] = {}
-        if self._max_level:
-            for level, policy in config.priority_queue_policy.items():
-                self._levels[level] = _Level(policy, True)
-        else:
-            self._levels[0] = _Level(self._default_policy, True)
-        self._order = sorted(self._levels)  # the levels, highest priority (lowest number) first
-        self._size = 0  # requests queued, all levels
+        self._queue = PriorityQueue(config, clock)
         self._preserve = config.preserve_ordering
-        self._dispatched: deque[Pending] = deque()  # preserve_ordering: dispatched, answer not yet released
+        self._dispatched: deque[DynamicRequest] = deque()  # preserve_ordering: dispatched, answer not yet released
         self._execute = execute
         self._slots = asyncio.Semaphore(instances)
         self._arrived = asyncio.Event()
@@ -186,85 +117,40 @@ class DynamicBatcher:
         timeout_us = request_timeout_us(parameters)
         fast = self._fast
         if (fast is not None and self.forms_batch_of_one() and not self._dispatched
-                and fast.runs_inline(nbytes(feeds))):
-            executable = fast.executable
-            execution, started, finished = fast.inline(lambda: executable.execute(feeds, output_names, parameters,
-                                                                                  context))
-            return execution, 0, model_time(execution, started, finished)
-        if priority == 0 or priority > self._max_level:  # Triton's InferenceRequest::SetPriority
-            priority = self._default_level
-        level = self._level(priority)
-        policy = level.policy
-        if policy.max_queue_size and len(level) >= policy.max_queue_size:
-            raise Overloaded(f"[request id: {context.id or '<id_unknown>'}] Exceeds maximum queue size")
-        if self._loop_task is None:
-            self._loop_task = asyncio.get_running_loop().create_task(self._loop())
+                and (outcome := run_inline(fast, nbytes(feeds), feeds, output_names, parameters, context)) is not None):
+            return outcome
         if self._items is not None:
             batch_size = self._items(feeds, batch_size)
-        now = time.perf_counter_ns()
-        timeout_us = (timeout_us if policy.allow_timeout_override and 0 < timeout_us < policy.default_timeout_microseconds
-                      else policy.default_timeout_microseconds)
-        request = Pending(feeds, output_names, parameters, self._key(feeds, output_names, parameters), now,
-                          asyncio.get_running_loop().create_future(), batch_size, context=context, priority=priority,
-                          deadline_ns=now + timeout_us * 1000 if timeout_us else 0)
-        level.queue.append(request)
-        self._size += 1
+        loop, queue = asyncio.get_running_loop(), self._queue
+        request = DynamicRequest(feeds, output_names, parameters, self._key(feeds, output_names, parameters),
+                                 queue.clock(), loop.create_future(), context, batch_size)
+        queue.enqueue(request, priority, timeout_us)
+        if self._loop_task is None:
+            self._loop_task = loop.create_task(self._loop())
         self._arrived.set()
-        expiry = (asyncio.get_running_loop().call_later(timeout_us / 1e6, self._expire, request)
-                  if timeout_us and policy.timeout_action == mc.ModelQueuePolicy.REJECT else None)
         try:
             outcome = await request.future
         except asyncio.CancelledError:  # the caller went away or its deadline passed: leave the queue now
-            self._leave(request)
+            queue.remove(request)
             raise
         except Exception:
             if request.released is not None:
                 await request.released
             raise
-        finally:
-            if expiry is not None:
-                expiry.cancel()
         if request.released is not None:  # preserve_ordering: after every request dispatched before it
             await request.released
         return outcome
 
-    def _level(self, priority: int) -> _Level:
-        level = self._levels.get(priority)
-        if level is None:
-            level = self._levels[priority] = _Level(self._default_policy, False)
-            bisect.insort(self._order, priority)
-        return level
-
-    def _leave(self, request: Pending) -> None:
-        level = self._levels.get(request.priority)
-        if level is None:
-            return
-        for queue in (level.queue, level.delayed):
-            try:
-                queue.remove(request)
-            except ValueError:
-                continue
-            self._size -= 1
-            return
-        # already taken into a batch (whose execution stops when all its members are gone)
-
-    def _expire(self, request: Pending) -> None:
-        """Reject a request still queued when its queue policy's timeout passes (``REJECT``)."""
-        if not request.future.done():
-            size = self._size
-            self._leave(request)
-            if self._size < size:
-                request.future.set_exception(Unavailable(TIMEOUT_EXPIRED))
-
     def forms_batch_of_one(self) -> bool:
         """Whether a request arriving now would be dispatched alone at once: the loop holds a free
         instance, the queue is empty and there is no queue delay to wait for others."""
-        return self._waiting and not self._delay_ns and not self._size
+        return self._waiting and not self._delay_ns and not self._queue
 
     def stop(self) -> None:
         """Stop forming batches (the version is retired; its queue is empty)."""
         if self._loop_task is not None:
             self._loop_task.cancel()
+        self._queue.close()
 
     def close(self) -> None:
         """Wait for running executions and release the backend (blocking; see ``Scheduler.close``)."""
@@ -285,7 +171,7 @@ class DynamicBatcher:
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
-    def _hold_answers(self, batch: list[Pending]) -> None:
+    def _hold_answers(self, batch: list[DynamicRequest]) -> None:
         """``preserve_ordering``: each member's answer waits for those dispatched before it (Triton's
         completion queue)."""
         loop = asyncio.get_running_loop()
@@ -301,28 +187,11 @@ class DynamicBatcher:
             if released is not None and not released.done():
                 released.set_result(None)
 
-    def _queued(self) -> Iterator[Pending]:
-        """The queue in batching order: level by level, each level's unexpired requests then its delayed ones."""
-        for priority in self._order:
-            level = self._levels[priority]
-            yield from level.queue
-            yield from level.delayed
-
-    def _take(self, count: int) -> list[Pending]:
-        """Remove the first ``count`` requests of ``_queued``."""
-        taken: list[Pending] = []
-        for priority in self._order:
-            level = self._levels[priority]
-            for queue in (level.queue, level.delayed):
-                while queue and len(taken) < count:
-                    taken.append(queue.popleft())
-        self._size -= len(taken)
-        return taken
-
-    async def _next_batch(self) -> list[Pending]:
+    async def _next_batch(self) -> list[DynamicRequest]:
+        queue = self._queue
         while True:
-            self._apply_policies()
-            if not self._size:
+            queue.apply_policies()
+            if not queue:
                 self._arrived.clear()
                 self._waiting = True
                 try:
@@ -330,61 +199,43 @@ class DynamicBatcher:
                 finally:
                     self._waiting = False
                 continue
-            candidates: list[Pending] = []
-            total = 0
-            for request in self._queued():
-                if candidates and (request.key != candidates[0].key or total + request.batch_size > self._max_batch):
-                    break
-                candidates.append(request)  # the first always runs (its size was checked against the model)
-                total += request.batch_size
-                if total >= self._max_batch:
-                    break
-            taken = len(candidates)
-            sizes = list(itertools.accumulate(r.batch_size for r in candidates))
-            preferred = [i + 1 for i, size in enumerate(sizes) if size in self._preferred]
-            can_grow = taken == self._size and total < self._max_batch
-            now = time.perf_counter_ns()
-            waited = now - min(r.enqueued_ns for r in candidates)
-            if preferred or not can_grow or waited >= self._delay_ns:
-                return self._take(preferred[-1] if preferred else taken)
+            best, can_grow = self._pending_batch()
+            now = queue.clock()
+            waited = now - queue.oldest_enqueued_ns
+            if best or not can_grow or waited >= self._delay_ns:
+                return queue.dequeue(best or queue.pending_count)
             wait_ns = self._delay_ns - waited
-            deadlines = [r.deadline_ns for r in candidates if r.deadline_ns]
-            if deadlines:  # a member's timeout may reorder (DELAY) or shrink (REJECT) the batch
-                wait_ns = min(wait_ns, max(0, min(deadlines) - now) + 1000)
+            closest = queue.closest_timeout_ns
+            if closest:  # a member's timeout may reorder (DELAY) or shrink (REJECT) the batch
+                wait_ns = min(wait_ns, max(0, closest - now) + 1000)
             self._arrived.clear()
             try:
                 await asyncio.wait_for(self._arrived.wait(), wait_ns / 1e9)
             except TimeoutError:
                 pass
 
-    def _apply_policies(self) -> None:
-        """Forget cancelled requests; reject (``REJECT``) or move behind their level (``DELAY``)
-        those past their timeout; drop empty levels made on use."""
-        now = time.perf_counter_ns()
-        for priority in list(self._order):
-            level = self._levels[priority]
-            delay = level.policy.timeout_action == mc.ModelQueuePolicy.DELAY
-            kept: deque[Pending] = deque()
-            for request in level.queue:
-                if request.future.done():
-                    self._size -= 1
-                elif request.deadline_ns and now > request.deadline_ns:
-                    if delay:
-                        level.delayed.append(request)
-                    else:
-                        self._size -= 1
-                        request.future.set_exception(Unavailable(TIMEOUT_EXPIRED))
-                else:
-                    kept.append(request)
-            level.queue = kept
-            if any(r.future.done() for r in level.delayed):
-                self._size -= sum(r.future.done() for r in level.delayed)
-                level.delayed = deque(r for r in level.delayed if not r.future.done())
-            if not level.kept and not level:
-                del self._levels[priority]
-                self._order.remove(priority)
+    def _pending_batch(self) -> tuple[int, bool]:
+        """Grow the queue's pending batch from its head: the longest run of requests with the first
+        one's key whose sizes fit in the batch limit. (the requests of its largest prefix that
+        reaches a preferred batch size, 0: none; whether it may still grow)."""
+        queue, limit = self._queue, self._max_batch
+        queue.reset_cursor()
+        key: Hashable = None
+        total = best = 0
+        while (request := queue.at_cursor()) is not None:
+            if not queue.pending_count:
+                key = request.key  # the first always joins (its size was checked against the model)
+            elif request.key != key or total + request.batch_size > limit:
+                return best, False
+            queue.advance_cursor()
+            total += request.batch_size
+            if total in self._preferred:
+                best = queue.pending_count
+            if total >= limit:
+                return best, False
+        return best, True
 
-    async def _run(self, batch: list[Pending]) -> None:
+    async def _run(self, batch: list[DynamicRequest]) -> None:
         try:
             live = [r for r in batch if not r.future.done()]
             if not live:
@@ -419,40 +270,6 @@ class DynamicBatcher:
                     request.future.set_result((share, started - request.enqueued_ns, model_time(share, started, finished)))
         finally:
             self._slots.release()
-
-
-def row_key(feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter]) -> Hashable:
-    """Tensor models batch requests with the same outputs, parameters (but Triton's reserved ones,
-    ``RESERVED_PARAMETERS``: requests differing in priority or timeout still batch together) and
-    non-batch input shapes."""
-    return (tuple(output_names),
-            tuple(sorted((k, str(v)) for k, v in parameters.items() if k not in RESERVED_PARAMETERS)),
-            tuple((name, a.dtype.str, a.shape[1:]) for name, a in sorted(feeds.items())))
-
-
-def merge_rows(members: list[Feeds]) -> Feeds:
-    """The members' inputs concatenated along the batch dim."""
-    if len(members) == 1:
-        return members[0]
-    return {name: np.concatenate([m[name] for m in members]) for name in members[0]}
-
-
-def split_rows(execution: Execution, sizes: list[int]) -> list[Execution]:
-    """A batch's execution cut along the batch dim into the members' shares (the first counts
-    the execution and the tokens).
-
-    Raises:
-        InternalError: an output without the batch's rows.
-    """
-    if len(sizes) == 1:
-        return [execution]
-    total, bounds = sum(sizes), list(itertools.accumulate(sizes))[:-1]
-    for array in execution.outputs:
-        if array.ndim == 0 or array.shape[0] != total:
-            raise InternalError(f"the model returned an output of shape {list(array.shape)} for a batch of {total}")
-    per_output = [np.split(array, bounds) for array in execution.outputs]
-    return [Execution(list(parts), execution.pre_ns, execution.post_ns, execution.tokens if i == 0 else 0, int(i == 0))
-            for i, parts in enumerate(zip(*per_output, strict=True))]
 
 
 def batch_executor(pool: InstancePool, strategy: BatchStrategy) -> Execute:

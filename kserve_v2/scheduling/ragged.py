@@ -35,7 +35,7 @@ from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import NO_CONTEXT, BatchStrategy, Executable, Execution, Parameter, RequestContext, TextContract
 from kserve_v2.protocol.errors import InternalError
 from kserve_v2.protocol.model_spec import TensorDeclaration
-from kserve_v2.scheduling.dynamic_batcher import RESERVED_PARAMETERS, split_rows
+from kserve_v2.scheduling.batch_rows import key_parameters, split_rows
 
 Feeds = dict[str, np.ndarray]
 _KIND = mc.BatchInput.Kind
@@ -213,11 +213,10 @@ class RaggedBatching:
         return batch_size
 
     def key(self, feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter]) -> Hashable:
-        """Same outputs, parameters (but ``RESERVED_PARAMETERS``), input datatypes and non-batch shapes of the
-        inputs that are not ragged."""
+        """Same outputs, parameters (``batch_rows.key_parameters``), input datatypes and non-batch shapes
+        of the inputs that are not ragged."""
         ragged = self._model.ragged
-        return (tuple(output_names),
-                tuple(sorted((k, str(v)) for k, v in parameters.items() if k not in RESERVED_PARAMETERS)),
+        return (tuple(output_names), key_parameters(parameters),
                 tuple((name, a.dtype.str, None if name in ragged else a.shape[1:]) for name, a in sorted(feeds.items())))
 
     def execute_batch(self, members: list[Feeds], output_names: Sequence[str], parameters: Mapping[str, Parameter],

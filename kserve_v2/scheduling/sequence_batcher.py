@@ -17,8 +17,9 @@ The server fills the control inputs (START, END, READY, CORRID) and the implicit
 every row, keeps each state output for the sequence's next request, resets state on START and
 drops it at END or when the sequence has been idle (nothing queued or running) for
 ``max_sequence_idle_microseconds``; a sequence leaves nothing behind once released. What rows an
-execution takes and what each row is fed is worked out in ``kserve_v2.scheduling.sequence_rows``; this
-module keeps the sequences, their instances and the tasks that run them.
+execution takes and what each row is fed is worked out in ``kserve_v2.scheduling.sequence_rows``; where
+each sequence is bound and when it is released, in ``kserve_v2.scheduling.sequence_slots``; this
+module runs each instance's executions.
 
 With ``iterative_sequence`` (Triton's core ``IterativeSequencer``), a request without a correlation
 id starts a sequence of its own (ids 1, 2, ... that no active sequence holds), and a sequence ends
@@ -34,55 +35,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-
-import numpy as np
+from dataclasses import replace
 
 from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext
 from kserve_v2.backend.rescheduling import NOT_CONFIGURED, Rescheduled
 from kserve_v2.protocol.errors import InternalError, InvalidInput
-from kserve_v2.scheduling.base import Execute, Feeds, Outcome, Pending, fail_pending, model_time
-from kserve_v2.scheduling.dynamic_batcher import row_key
+from kserve_v2.protocol.reserved import SEQUENCE_END, SEQUENCE_ID, SEQUENCE_START
+from kserve_v2.scheduling.base import Execute, Feeds, Outcome, SequenceRequest, fail_pending, model_time
+from kserve_v2.scheduling.batch_rows import row_key
 from kserve_v2.scheduling.instances import InstancePool
 from kserve_v2.scheduling.sequence_config import SequenceSettings
-from kserve_v2.scheduling.sequence_rows import (SEQUENCE_END, SEQUENCE_ID, SEQUENCE_START, CorrelationId, Head, choose,
-                                                initial_states, layout, padding_feeds, row_feeds, sequence_parameters,
-                                                state_rows)
-
-
-@dataclass(slots=True, eq=False)
-class _Sequence:
-    corrid: CorrelationId
-    lane: _Lane
-    slot: int | None = None  # None while in the backlog
-    pending: deque[Pending] = field(default_factory=deque)
-    state: list[np.ndarray] | None = None  # one row (no batch dim) per implicit state
-    last_ns: int = 0
-    running: bool = False
-    released: bool = False
-
-
-@dataclass(slots=True, eq=False)
-class _Lane:
-    """One model instance: its slots, its backlog and its scheduling task."""
-
-    slots: list[_Sequence | None]
-    index: int  # the model instance it is (RequestContext.instance)
-    backlog: deque[_Sequence] = field(default_factory=deque)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
-
-    def load(self) -> int:
-        return sum(s is not None for s in self.slots) + len(self.backlog)
-
-    def free_slot(self) -> int | None:
-        return next((i for i, s in enumerate(self.slots) if s is None), None)
-
+from kserve_v2.scheduling.sequence_rows import (Head, choose, initial_states, layout, padding_feeds, row_feeds,
+                                                sequence_parameters, state_rows)
+from kserve_v2.scheduling.sequence_slots import Lane, SequenceSlots, SequenceState
 
 # (sequence, request) for a real row, None for a padding row
-_Row = tuple[_Sequence, Pending] | None
+_Row = tuple[SequenceState, SequenceRequest] | None
 
 
 class SequenceBatcher:
@@ -101,16 +70,12 @@ class SequenceBatcher:
         self._settings = settings
         self._execute = execute
         self._pool = pool
-        self._lanes = [_Lane([None] * settings.slots, index) for index in range(max(instances, 1))]
-        self._active: dict[CorrelationId, _Sequence] = {}  # sequences that still accept requests
-        self._reaper: asyncio.Task[None] | None = None
-        self._reaper_wake = asyncio.Event()
-        self._next_id = 1  # the next correlation id an iterative sequence's request without one may get
+        self._slots = SequenceSlots(settings, instances)
 
     @property
     def sequences(self) -> int:
         """Sequences holding a slot or waiting in a backlog."""
-        return sum(lane.load() for lane in self._lanes)
+        return self._slots.sequences
 
     async def submit(self, feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter],
                      batch_size: int, context: RequestContext = NO_CONTEXT) -> Outcome:
@@ -128,95 +93,43 @@ class SequenceBatcher:
         if batch_size != 1:
             raise InvalidInput(f"inference request to model '{settings.model}' must specify batch-size 1 due to "
                                "requirements of sequence batcher")
-        corrid, start, end, parameters = sequence_parameters(settings, parameters, self._new_id)
+        slots = self._slots
+        corrid, start, end, parameters = sequence_parameters(settings, parameters, slots.new_id)
         if settings.iterative:  # the backend sees the id and flags the sequence batcher gave the request
             context = replace(context, parameters={**context.parameters, SEQUENCE_ID: corrid, SEQUENCE_START: start,
                                                    SEQUENCE_END: end})
-        sequence = self._active.get(corrid)
+        sequence = slots.active(corrid)
         if sequence is None:
             if not start:
                 raise InvalidInput(f"inference request for sequence {corrid} to model '{settings.model}' must "
                                    "specify the START flag on the first request of the sequence")
-            sequence = self._open(corrid)
+            sequence = slots.open(corrid)
         now = time.perf_counter_ns()
         loop = asyncio.get_running_loop()
-        request = Pending(feeds, output_names, parameters, row_key(feeds, output_names, parameters), now,
-                          loop.create_future(), start=start, end=end, context=context)
+        request = SequenceRequest(feeds, output_names, parameters, row_key(feeds, output_names, parameters), now,
+                                  loop.create_future(), context, start=start, end=end)
         sequence.pending.append(request)
         sequence.last_ns = now
         if end:
-            del self._active[corrid]  # a later request with this id must START a new sequence
+            slots.end(sequence)  # a later request with this id must START a new sequence
         lane = sequence.lane
         if lane.task is None:
             lane.task = loop.create_task(self._schedule(lane))
         lane.wake.set()
-        if self._reaper is None:
-            self._reaper = loop.create_task(self._reap())
         return await request.future  # a cancelled caller cancels the future: the lane skips it
 
     def stop(self) -> None:
         """Stop scheduling (the version is retired): queued requests fail, every sequence and state is dropped."""
-        for lane in self._lanes:
-            if lane.task is not None:
-                lane.task.cancel()
-            for sequence in [s for s in lane.slots if s is not None] + list(lane.backlog):
-                fail_pending(sequence.pending)
-            lane.slots = [None] * len(lane.slots)
-            lane.backlog.clear()
-        self._active.clear()
-        if self._reaper is not None:
-            self._reaper.cancel()
+        self._slots.clear()
 
     def close(self) -> None:
         """Wait for running executions and release the backend (blocking; see ``Scheduler.close``)."""
         if self._pool is not None:
             self._pool.close()
 
-    # ---- sequences ----------------------------------------------------------------------------
-
-    def _new_id(self) -> CorrelationId:
-        """A correlation id for an iterative sequence's request without one: the next of 1, 2, ... that
-        no active sequence holds (Triton's ``IterativeSequencer`` counts from 1)."""
-        while self._next_id in self._active:
-            self._next_id = self._next_id % (2**64 - 1) + 1
-        corrid, self._next_id = self._next_id, self._next_id % (2**64 - 1) + 1
-        return corrid
-
-    def _open(self, corrid: CorrelationId) -> _Sequence:
-        """A new sequence on the least loaded instance: in a free slot, else in that instance's backlog."""
-        with_slot = [lane for lane in self._lanes if lane.free_slot() is not None]
-        lane = min(with_slot or self._lanes, key=_Lane.load)
-        sequence = _Sequence(corrid, lane)
-        slot = lane.free_slot()
-        if slot is None:
-            lane.backlog.append(sequence)
-        else:
-            sequence.slot, lane.slots[slot] = slot, sequence
-        self._active[corrid] = sequence
-        self._reaper_wake.set()
-        return sequence
-
-    def _release(self, sequence: _Sequence) -> None:
-        """Free a sequence's slot (to the oldest backlogged sequence) and its state."""
-        if sequence.released:
-            return
-        sequence.released = True
-        lane = sequence.lane
-        if self._active.get(sequence.corrid) is sequence:
-            del self._active[sequence.corrid]
-        sequence.state = None
-        if sequence.slot is None:
-            lane.backlog.remove(sequence)
-            return
-        slot, sequence.slot, lane.slots[slot] = sequence.slot, None, None
-        if lane.backlog:
-            waiting = lane.backlog.popleft()
-            waiting.slot, lane.slots[slot] = slot, waiting
-            lane.wake.set()
-
     # ---- scheduling -------------------------------------------------------------------------
 
-    async def _schedule(self, lane: _Lane) -> None:
+    async def _schedule(self, lane: Lane) -> None:
         """Form and run the instance's batches one after another (so every sequence's state is current)."""
         while True:
             rows = await self._next_batch(lane)
@@ -228,7 +141,7 @@ class SequenceBatcher:
                     fail_pending([request], InternalError(f"sequence batch failed: {err}"))
                     self._finished(sequence, request)
 
-    async def _next_batch(self, lane: _Lane) -> list[_Row]:
+    async def _next_batch(self, lane: Lane) -> list[_Row]:
         """Wait for the instance's next batch (``sequence_rows.choose``) and take its rows."""
         while True:
             ready = self._ready(lane)
@@ -247,7 +160,7 @@ class SequenceBatcher:
             except TimeoutError:
                 pass
 
-    def _ready(self, lane: _Lane) -> list[_Sequence]:
+    def _ready(self, lane: Lane) -> list[SequenceState]:
         """The instance's sequences with a live request at the head of their queue (cancelled ones dropped)."""
         ready = []
         for sequence in lane.slots:
@@ -259,7 +172,7 @@ class SequenceBatcher:
                 ready.append(sequence)
         return ready
 
-    def _rows(self, lane: _Lane, chosen: list[_Sequence]) -> list[_Row]:
+    def _rows(self, lane: Lane, chosen: list[SequenceState]) -> list[_Row]:
         """Take each chosen sequence's head request, in the rows ``sequence_rows.layout`` gives."""
         taken = [(s, s.pending.popleft()) for s in chosen]
         for sequence in chosen:
@@ -287,7 +200,7 @@ class SequenceBatcher:
         except Exception as err:  # noqa: BLE001 - every request of the batch gets its error
             shares, started, finished = [err] * len(rows), 0, 0
         executions = 1
-        again: list[Pending] = []
+        again: list[SequenceRequest] = []
         for row, share in zip(rows, shares, strict=True):
             if row is None:
                 continue
@@ -321,7 +234,7 @@ class SequenceBatcher:
         if executions and again:  # no answer counted this execution: the request answered last will
             again[0].owed += 1
 
-    def _again(self, sequence: _Sequence, request: Pending) -> bool:
+    def _again(self, sequence: SequenceState, request: SequenceRequest) -> bool:
         """Queue a request its backend gave back at the head of its sequence's queue, START and END
         cleared (Triton's ``IterativeSequencer``); False when its caller went away meanwhile."""
         if request.future.done():
@@ -335,11 +248,11 @@ class SequenceBatcher:
         sequence.lane.wake.set()
         return True
 
-    def _finished(self, sequence: _Sequence, request: Pending) -> None:
+    def _finished(self, sequence: SequenceState, request: SequenceRequest) -> None:
         """``request`` of ``sequence`` has its outcome (or its caller went away): END releases the
         sequence, and so, in an iterative sequence, does the last request it has."""
         if request.end or (self._settings.iterative and not sequence.pending and not sequence.running):
-            self._release(sequence)
+            self._slots.release(sequence)
 
     def _feeds(self, row: _Row, like: Feeds) -> Feeds:
         """A row's model inputs (``sequence_rows.row_feeds``); a START resets the sequence's state."""
@@ -350,28 +263,3 @@ class SequenceBatcher:
         if request.start or sequence.state is None:
             sequence.state = initial_states(settings)
         return row_feeds(settings, request.feeds, request.start, request.end, True, sequence.corrid, sequence.state)
-
-    # ---- idle sequences ----------------------------------------------------------------------
-
-    async def _reap(self) -> None:
-        """Release sequences idle for longer than ``max_sequence_idle_microseconds``; ends when none is left."""
-        idle_ns = self._settings.idle_ns
-        try:
-            while self.sequences:
-                now = time.perf_counter_ns()
-                deadline = now + idle_ns
-                for lane in self._lanes:
-                    for sequence in [s for s in lane.slots if s is not None] + list(lane.backlog):
-                        if sequence.pending or sequence.running:
-                            continue
-                        if now - sequence.last_ns >= idle_ns:
-                            self._release(sequence)
-                        else:
-                            deadline = min(deadline, sequence.last_ns + idle_ns)
-                self._reaper_wake.clear()
-                try:
-                    await asyncio.wait_for(self._reaper_wake.wait(), max(deadline - now, 1_000_000) / 1e9)
-                except TimeoutError:
-                    pass
-        finally:
-            self._reaper = None

@@ -22,10 +22,9 @@ import numpy as np
 from kserve_v2.backend import Parameter
 from kserve_v2.protocol.datatypes import BYTES
 from kserve_v2.protocol.errors import InternalError, InvalidInput
+from kserve_v2.protocol.reserved import SEQUENCE_END, SEQUENCE_ID, SEQUENCE_PARAMETERS, SEQUENCE_START
 from kserve_v2.scheduling.sequence_config import END, READY, START, Control, SequenceSettings
 
-SEQUENCE_ID, SEQUENCE_START, SEQUENCE_END = "sequence_id", "sequence_start", "sequence_end"
-_SEQUENCE_KEYS = (SEQUENCE_ID, SEQUENCE_START, SEQUENCE_END)
 _UINT64 = 2**64
 CorrelationId = int | str
 Feeds = dict[str, np.ndarray]
@@ -44,7 +43,7 @@ def sequence_parameters(settings: SequenceSettings, parameters: Mapping[str, Par
         InvalidInput: an id that is neither an integer nor a string, a zero or empty id, or a string id
             for an integer CORRID or the reverse (Triton's texts) -> INVALID_ARGUMENT.
     """
-    rest = {k: v for k, v in parameters.items() if k not in _SEQUENCE_KEYS}
+    rest = {k: v for k, v in parameters.items() if k not in SEQUENCE_PARAMETERS}
     corrid = parameters.get(SEQUENCE_ID, 0)
     if isinstance(corrid, bool) or not isinstance(corrid, int | str):
         raise InvalidInput(f"parameter '{SEQUENCE_ID}' must be an integer or a string")

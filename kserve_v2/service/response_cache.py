@@ -42,6 +42,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric, UnknownMetricFamil
 from prometheus_client.registry import Collector
 
 from kserve_v2.backend import Parameter
+from kserve_v2.protocol.reserved import BINARY_DATA_OUTPUT, SCHEDULING_PARAMETERS
 from kserve_v2.request.decode import DecodedRequest
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,9 @@ _PER_MODEL = (
     ("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds"),
     ("nv_cache_miss_duration_per_model", "Total cache miss (insert+lookup) duration per model, in microseconds"),
 )
-# parameters Triton's front ends turn into the request's scheduling fields (never the model's): not in the key
-_SCHEDULING = frozenset({"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output"})
+# not in the key: the parameters Triton's front ends turn into the request's scheduling fields (never the model's),
+# and binary_data_output (how the outputs are encoded: the cache holds arrays)
+_SCHEDULING = SCHEDULING_PARAMETERS | {BINARY_DATA_OUTPUT}
 _ENTRY_BYTES = 4  # a serialized response starts with its number of outputs (uint32)
 _OUTPUT_BYTES = 8 + 8 + 4 + 4 + 8  # per output: its size, the name's, datatype's and shape's lengths, the bytes'
 

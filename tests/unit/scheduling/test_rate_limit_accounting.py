@@ -57,7 +57,7 @@ def test_instances_sharing_one_copy_run_one_at_a_time() -> None:
         async def execute(model: ModelInstances, label: str) -> None:
             instance = await model.acquire()
             events.append(f"start {label}")
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0)  # the others try to acquire meanwhile
             events.append(f"end {label}")
             model.release(instance)
 
@@ -87,8 +87,7 @@ def test_priority_weights_turns() -> None:
 
         tasks = [asyncio.create_task(execute(model, label)) for _ in range(12)
                  for model, label in ((fast, "p1"), (slow, "p2"))]  # both always have a request waiting
-        await asyncio.sleep(0)
-        fast.release(blocker)
+        asyncio.get_running_loop().call_soon(fast.release, blocker)  # once every task waits (they start first)
         await asyncio.gather(*tasks)
         return order
 
@@ -102,8 +101,7 @@ def test_a_cancelled_waiter_gives_its_turn_away() -> None:
         a, b = limiter.register(ONE_R), limiter.register(ONE_R)
         held = await a.acquire()
         waiting = asyncio.create_task(b.acquire())
-        await asyncio.sleep(0)
-        waiting.cancel()
+        asyncio.get_running_loop().call_soon(waiting.cancel)  # once it waits (it starts first)
         with pytest.raises(asyncio.CancelledError):
             await waiting
         a.release(held)
