@@ -25,7 +25,8 @@ from typing import Any
 from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry, ProcessCollector, disable_created_metrics
 
-from kserve_v2.backend.custom_metrics import CUSTOM_METRICS
+from kserve_v2.backend.custom_metrics import CustomMetrics
+from kserve_v2.backend.host import BackendHost
 from kserve_v2.grpc.server import SERVICE_NAME, build_server
 from kserve_v2.models.lifecycle import State
 from kserve_v2.observability.cpu_metrics import CpuCollector
@@ -41,6 +42,7 @@ from kserve_v2.request.budget import MemoryBudget
 from kserve_v2.request.offload import Offload
 from kserve_v2.request.shared_memory import SharedMemoryRegistry
 from kserve_v2.runtime.device import cuda_device_count
+from kserve_v2.scheduling import rate_limiter
 from kserve_v2.service.inference_service import InferenceService, ServerState
 from kserve_v2.service.response_cache import ResponseCache
 from kserve_v2.settings.restrictions import parse_restrictions
@@ -72,12 +74,13 @@ class App:
         self.cpu: CpuCollector | None = None
         registry = None
         metrics = None
+        custom_metrics = CustomMetrics()  # families model code creates (pb_utils.MetricFamily)
         if settings.allow_metrics:
             disable_created_metrics()  # no *_created series: Triton has none, and they double every family
             registry = CollectorRegistry()
             ProcessCollector(registry=registry)  # process CPU seconds, resident and virtual memory
             metrics = InferenceMetrics(registry, settings.metrics_config)
-            registry.register(CUSTOM_METRICS)  # families model code creates (pb_utils.MetricFamily)
+            registry.register(custom_metrics)
             if gpus and settings.allow_gpu_metrics:
                 registry.register(GpuCollector())
             if settings.allow_cpu_metrics:
@@ -106,6 +109,9 @@ class App:
             registry.register(cache)
         self.service = (InferenceService(*service_args, cache=cache) if group is None
                         else ReplicatedService(group, *service_args, cache=cache))
+        # what the backends get when they open a model: the service's calls, so the host follows the service
+        self.manager.host = BackendHost(custom_metrics, self.service.calls, settings.backend_config,
+                                        rate_limiter.from_settings(settings.rate_limit, settings.rate_limit_resources))
         self.server, self.health, self.servicer, self.grpc_port = build_server(self.service, settings,
                                                                                 reuse_port=group is not None)
         self.http: HttpServer | None = None

@@ -33,8 +33,6 @@ from kserve_v2.host.cpus import usable_cpus
 from kserve_v2.observability.log_settings import log_to_stderr
 from kserve_v2.repository.remote import repository_argument
 from kserve_v2.repository.stores import split_repositories
-from kserve_v2.runtime.python import process as python_process
-from kserve_v2.scheduling import rate_limiter
 from kserve_v2.settings.backend_config import parse_backend_config
 from kserve_v2.settings.cache_config import parse_cache_config
 from kserve_v2.settings.metrics_config import MetricsConfig, parse_metrics_config
@@ -381,8 +379,6 @@ def _start_with_huge_pages() -> None:
 async def _serve(settings: Settings, group: ReplicaGroup | None = None) -> int:
     from kserve_v2.app import App  # after logging is configured; grpc.aio needs the running loop
 
-    rate_limiter.configure(settings.rate_limit, settings.rate_limit_resources)  # before any model loads
-    python_process.configure(settings.backend_config)  # the shared memory of python models run in processes
     try:
         app = App(settings, group)
     except RuntimeError as err:

@@ -8,6 +8,14 @@ The built-in one is found the same way, by its module's name, so this interface 
 backend: neither ONNX Runtime nor the adapters. ``python`` (Triton's python backend,
 ``kserve_v2.runtime.python.backend``) is built in the same way.
 
+A backend's opener opens one version of a model. It is called as ``open(model_dir, version,
+config, host)``, ``host`` being the ``BackendHost`` of the server that loads it (its custom metrics,
+model code's calls, the python backend's settings, its rate limiter: ``kserve_v2.backend.host``),
+or, when it takes only three positional arguments, as ``open(model_dir, version, config)`` (the
+shape of backends written before the host existed, still accepted; a backend that needs nothing of
+the server may keep it). ``Backend`` tells the two apart once, when it is made, by the opener's
+signature.
+
 Each request reaches its backend as its feeds, output names and parameters, and its
 ``RequestContext``: its ``id``, the models whose executions wait for it (business logic
 scripting), and, for a decoupled model, the ``ResponseStream`` its responses go to.
@@ -19,24 +27,26 @@ tensor declaration included) are what a backend needs.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend.decoupled import ResponseStream
+from kserve_v2.backend.host import BackendHost
 from kserve_v2.backend.local_calls import LocalCalls
 from kserve_v2.backend.text import InputKind, OutputKind, TextContract, TextInput, TextOutput
 from kserve_v2.protocol.model_spec import TensorDeclaration
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "NO_CONTEXT", "ONNXRUNTIME", "PYTHON", "Backend", "BatchStrategy", "Executable", "Execution",
-    "InputKind", "LocalCalls", "OutputKind", "Parameter", "RequestContext", "ResponseStream", "TensorDeclaration",
-    "TextContract", "TextInput", "TextOutput", "find", "names",
+    "ENTRY_POINT_GROUP", "NO_CONTEXT", "ONNXRUNTIME", "PYTHON", "Backend", "BackendHost", "BatchStrategy", "Executable",
+    "Execution", "HostedOpener", "InputKind", "LocalCalls", "Opener", "OutputKind", "Parameter", "RequestContext",
+    "ResponseStream", "TensorDeclaration", "TextContract", "TextInput", "TextOutput", "find", "names",
 ]
 
 ONNXRUNTIME = "onnxruntime"
@@ -180,6 +190,8 @@ class BatchStrategy(Protocol):
 
 # (model folder, version, completed configuration) -> the version, or an exception as the load failure reason
 Opener = Callable[[Path, int, mc.ModelConfig], Executable]
+# the same with the host of the server that loads it (kserve_v2.backend.host)
+HostedOpener = Callable[[Path, int, mc.ModelConfig, BackendHost], Executable]
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,13 +199,36 @@ class Backend:
     """A backend as the registry knows it, before any model is opened (the object an entry point names).
 
     Attributes:
-        open: opens one version of a model.
+        open: opens one version of a model: an ``Opener`` ``(model_dir, version, config)`` or a
+            ``HostedOpener`` ``(model_dir, version, config, host)``, told apart once, here, by its
+            signature (an opener that takes four positional arguments gets the host).
         offers: the output kinds its models give as text models (empty for a tensor backend),
             listed for models that are not loaded.
     """
 
-    open: Opener
+    open: Opener | HostedOpener
     offers: tuple[OutputKind, ...] = ()
+    _hosted: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hosted", _takes_host(self.open))
+
+    def open_model(self, model_dir: Path, version: int, config: mc.ModelConfig, host: BackendHost) -> Executable:
+        """Open ``version`` of the model in ``model_dir`` with its completed ``config`` for the server ``host``
+        (blocking; the loader's thread). Raises what the opener raises: the version's load failure reason."""
+        if self._hosted:
+            return cast(HostedOpener, self.open)(model_dir, version, config, host)
+        return cast(Opener, self.open)(model_dir, version, config)
+
+
+def _takes_host(opener: Opener | HostedOpener) -> bool:
+    """Whether ``opener`` takes four positional arguments (a ``HostedOpener``); False when its
+    signature cannot be read (an ``Opener``, the original shape)."""
+    try:
+        inspect.signature(opener).bind(None, None, None, None)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def find(name: str) -> Backend | None:

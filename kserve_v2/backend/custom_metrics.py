@@ -1,27 +1,39 @@
 """Metric families that model code creates (Triton's custom metrics: ``TRITONSERVER_MetricFamilyNew``,
 used by its python backend's ``pb_utils.MetricFamily``), exported in the server's ``/metrics``.
 
-``CUSTOM_METRICS`` is the process's one store: backends create families and metrics in it from any
-thread, and ``kserve_v2.app`` registers it as a collector on its Prometheus registry (with
+Each server has one store, ``CustomMetrics`` (its ``BackendHost.custom_metrics``,
+``kserve_v2.backend.host``): backends create families and metrics in it from any thread, and
+``kserve_v2.app`` registers it as a collector on the server's Prometheus registry (with
 ``--workers N`` every replica has its own, and the replicas' samples are summed as the built-in
 families'). A family belongs to the loaded model versions that created it (``owner``); it is
 dropped, with its metrics, when the last of them unloads (``release``), as Triton's python backend
-deletes a model's families when the model unloads. Counters are exposed untyped under their exact
-names (as the built-in families: Triton's names have no ``_total``), gauges as gauges, histograms as
-histograms with ``_bucket`` (cumulative, ``le``), ``_sum`` and ``_count``. Error texts are Triton's
-(its core's ``src/metric_family.cc``).
+deletes a model's families when the model unloads. Each ``MetricFamily`` object model code makes
+has a view of its family (``CustomFamily``), as in Triton's python backend: the series its metrics
+use stay while it lives; once it is gone (garbage collected) its metrics refuse every operation
+with Triton's text, and a series no view uses any more leaves the exposition (a family with no
+series is left out, as prometheus-cpp does). The series of a family may have different label names.
+Counters are exposed untyped under their exact names (as the built-in families: Triton's names have
+no ``_total``), gauges as gauges, histograms as histograms with ``_bucket`` (cumulative, ``le`` as
+Triton writes it: ``bound_text``), ``_sum`` and ``_count``. Error texts are Triton's (its core's
+``src/metric_family.cc``, and prometheus-cpp's that it reports).
 """
 
 from __future__ import annotations
 
 import bisect
 import enum
+import itertools
 import math
+import re
 import threading
 from collections.abc import Iterator, Sequence
 
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric, UnknownMetricFamily
 from prometheus_client.utils import floatToGoString
+
+
+# a metric name as Prometheus's data model allows it (prometheus-cpp's CheckMetricName, with no leading "__")
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 
 class MetricKind(enum.IntEnum):
@@ -36,10 +48,10 @@ class MetricError(Exception):
     """A metric operation that Triton refuses (its text)."""
 
 
-class CustomMetric:
+class _Series:
     """One labelled series of a family; thread-safe. ``value`` is a counter's or gauge's number."""
 
-    def __init__(self, family: CustomFamily, labels: dict[str, str], buckets: Sequence[float]) -> None:
+    def __init__(self, family: _Family, labels: dict[str, str], buckets: Sequence[float]) -> None:
         self.family = family
         self.labels = labels
         self.buckets = tuple(buckets)
@@ -102,84 +114,169 @@ class CustomMetric:
         cumulative, running = [], 0
         for bound, count in zip((*self.buckets, math.inf), counts, strict=True):
             running += count
-            cumulative.append((floatToGoString(bound), float(running)))
+            cumulative.append((bound_text(bound), float(running)))
         return cumulative, total
 
 
-class CustomFamily:
-    """A family: its name, description, kind, metrics by labels and the owners that hold it."""
+def bound_text(bound: float) -> str:
+    """A histogram bucket's upper bound as Triton's ``le`` label value: prometheus-cpp's (v1.0.1, Triton's
+    third_party) ``%.16g`` of a finite bound, so ``1`` and ``2.5`` (prometheus-client's would be ``1.0``);
+    ``+Inf`` for the last bucket."""
+    return f"{bound:.16g}" if math.isfinite(bound) else floatToGoString(bound)
+
+
+class _Family:
+    """A family: its name, description, kind, series by labels (each with the number of views that
+    use it) and the owners that hold it."""
 
     def __init__(self, name: str, description: str, kind: MetricKind) -> None:
         self.name, self.description, self.kind = name, description, kind
-        self.lock = threading.Lock()
-        self.metrics: dict[tuple[tuple[str, str], ...], CustomMetric] = {}
+        self.lock = threading.RLock()  # a view collected by the garbage collector may release while it is held
+        self.series: dict[tuple[tuple[str, str], ...], _Series] = {}
+        self._uses: dict[_Series, int] = {}
         self.owners: set[object] = set()
 
-    def metric(self, labels: dict[str, str], buckets: Sequence[float] | None) -> CustomMetric:
-        """The series with ``labels`` (made on first use; the same labels give the same series).
+    def hold(self, labels: dict[str, str], buckets: Sequence[float] | None, held: set[_Series]) -> _Series:
+        """The series with ``labels`` (made on first use; the same labels give the same series), used by
+        the view whose series are ``held`` from now on. Series of one family may have different label
+        names, as in Triton (prometheus-cpp's families allow it).
 
         Raises:
-            MetricError: buckets given for a counter or gauge, or missing for a histogram; labels
-                other than those of the family's first series (Prometheus needs one label set).
+            MetricError: buckets given for a counter or gauge, or missing for a histogram, or not
+                strictly increasing (Triton's texts; an empty list is a histogram of one ``+Inf`` bucket).
         """
         if self.kind is MetricKind.HISTOGRAM and buckets is None:
             raise MetricError("Failed to create metric. Missing required buckets.")
         if self.kind is not MetricKind.HISTOGRAM and buckets is not None:
             raise MetricError("Failed to create metric. Unexpected buckets found.")
+        bounds = [float(bound) for bound in buckets or ()]
+        if any(lower >= upper for lower, upper in itertools.pairwise(bounds)):  # prometheus-cpp's check and text
+            raise MetricError("Error when creating Metric: Bucket Boundaries must be strictly sorted")
         key = tuple(sorted((str(k), str(v)) for k, v in labels.items()))
         with self.lock:
-            found = self.metrics.get(key)
+            found = self.series.get(key)
             if found is None:
-                first = next(iter(self.metrics), None)
-                if first is not None and [k for k, _ in first] != [k for k, _ in key]:
-                    raise MetricError(f"Failed to create metric. Metric family '{self.name}' has the labels "
-                                      f"{[k for k, _ in first]}, not {[k for k, _ in key]}.")
-                found = self.metrics[key] = CustomMetric(self, dict(key), sorted(float(b) for b in buckets or ()))
+                found = self.series[key] = _Series(self, dict(key), bounds)
+            if found not in held:
+                held.add(found)
+                self._uses[found] = self._uses.get(found, 0) + 1
             return found
 
-    def collect(self) -> Metric:
-        """The family as Prometheus exposes it."""
+    def release(self, held: set[_Series]) -> None:
+        """A view that used the series ``held`` is gone: the series no view uses any more are dropped."""
         with self.lock:
-            metrics = list(self.metrics.items())
-        names = [k for k, _ in metrics[0][0]] if metrics else []
-        family: Metric
-        if self.kind is MetricKind.HISTOGRAM:
-            family = HistogramMetricFamily(self.name, self.description, labels=names)
-            for key, metric in metrics:
-                buckets, total = metric.histogram()
-                family.add_metric([v for _, v in key], buckets, total)
-            return family
-        family = (GaugeMetricFamily if self.kind is MetricKind.GAUGE else UnknownMetricFamily)(
-            self.name, self.description, labels=names)
-        for key, metric in metrics:
-            family.add_metric([v for _, v in key], metric.value())
+            for series in held:
+                self._uses[series] -= 1
+                if not self._uses[series]:
+                    del self._uses[series], self.series[tuple(sorted(series.labels.items()))]
+
+    def collect(self) -> Metric:
+        """The family as Prometheus exposes it: each series' samples made by prometheus-client's family
+        of the kind for its own label names, gathered in one family."""
+        with self.lock:
+            series_now = list(self.series.items())
+        family = self._exposed([])
+        for key, series in series_now:
+            one, values = self._exposed([k for k, _ in key]), [v for _, v in key]
+            if isinstance(one, HistogramMetricFamily):
+                buckets, total = series.histogram()
+                one.add_metric(values, buckets, total)
+            else:
+                one.add_metric(values, series.value())
+            family.samples.extend(one.samples)
         return family
+
+    def _exposed(self, names: list[str]) -> GaugeMetricFamily | HistogramMetricFamily | UnknownMetricFamily:
+        """prometheus-client's family of this kind, with label names ``names`` (counters untyped: see the
+        module docstring)."""
+        if self.kind is MetricKind.HISTOGRAM:
+            return HistogramMetricFamily(self.name, self.description, labels=names)
+        if self.kind is MetricKind.GAUGE:
+            return GaugeMetricFamily(self.name, self.description, labels=names)
+        return UnknownMetricFamily(self.name, self.description, labels=names)
+
+
+class CustomFamily:
+    """A ``MetricFamily`` object's view of its family (Triton's python backend ``MetricFamily``):
+    ``metric`` gives its metrics. When the view is garbage collected (the model deleted its
+    ``MetricFamily``), its metrics are cleared, as Triton's are, and the series only it used go."""
+
+    def __init__(self, family: _Family) -> None:
+        self._family = family
+        self._held: set[_Series] = set()
+        self._deleted = threading.Event()
+
+    def metric(self, labels: dict[str, str], buckets: Sequence[float] | None) -> CustomMetric:
+        """A metric of the series with ``labels`` (see ``_Family.hold``; its errors)."""
+        return CustomMetric(self._family.hold(labels, buckets, self._held), self._deleted)
+
+    def __del__(self) -> None:
+        self._deleted.set()
+        self._family.release(self._held)
+
+
+class CustomMetric:
+    """A ``Metric`` object's series (Triton's python backend ``Metric``): its operations, refused once
+    the ``MetricFamily`` that made it is gone.
+
+    Raises:
+        MetricError: the ``MetricFamily`` is gone (Triton's text, "Invalid metric operation as the
+            corresponding 'MetricFamily' has been deleted. ..."); the series' own refusals.
+    """
+
+    def __init__(self, series: _Series, deleted: threading.Event) -> None:
+        self._series, self._deleted = series, deleted
+
+    def increment(self, value: float) -> None:
+        """Add ``value`` to a counter or gauge."""
+        self._live().increment(value)
+
+    def set(self, value: float) -> None:
+        """Set a gauge to ``value``."""
+        self._live().set(value)
+
+    def observe(self, value: float) -> None:
+        """Count ``value`` in a histogram."""
+        self._live().observe(value)
+
+    def value(self) -> float:
+        """A counter's or gauge's number."""
+        return self._live().value()
+
+    def _live(self) -> _Series:
+        if self._deleted.is_set():
+            raise MetricError("Invalid metric operation as the corresponding 'MetricFamily' has been deleted. The "
+                              "'MetricFamily' object should be deleted AFTER its corresponding 'Metric' objects have "
+                              "been deleted.")
+        return self._series
 
 
 class CustomMetrics:
-    """The process's custom metric families (see the module docstring); a Prometheus collector."""
+    """One server's custom metric families (see the module docstring); a Prometheus collector."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._families: dict[str, CustomFamily] = {}
+        self._families: dict[str, _Family] = {}
 
     def family(self, name: str, description: str, kind: MetricKind, owner: object) -> CustomFamily:
-        """The family ``name`` held by ``owner`` too (the same name and kind give the same family).
+        """A new ``MetricFamily`` object's view of the family ``name``, held by ``owner`` too (the same
+        name and kind give the same family; the first description stays).
 
         Raises:
-            MetricError: an empty name, or a name a family of another kind has.
+            MetricError: a name Prometheus does not allow (empty, other characters than
+                ``[a-zA-Z0-9_:]``, a leading digit or ``__``), or a name a family of another kind has
+                (prometheus-cpp's texts, as Triton reports them).
         """
-        if not name:
-            raise MetricError("Error when creating MetricFamily: the name is empty")
+        if not _METRIC_NAME.fullmatch(name) or name.startswith("__"):
+            raise MetricError("Error when creating MetricFamily: Invalid metric name")
         with self._lock:
             found = self._families.get(name)
             if found is None:
-                found = self._families[name] = CustomFamily(name, description, kind)
+                found = self._families[name] = _Family(name, description, kind)
             elif found.kind is not kind:
-                raise MetricError(f"Error when creating MetricFamily: a metric family named '{name}' of kind "
-                                  f"{found.kind.name} exists")
+                raise MetricError("Error when creating MetricFamily: Family name already exists with different type")
             found.owners.add(owner)
-            return found
+        return CustomFamily(found)
 
     def release(self, owner: object) -> None:
         """``owner`` unloaded: the families no other owner holds are dropped."""
@@ -190,15 +287,15 @@ class CustomMetrics:
                     del self._families[name]
 
     def collect(self) -> Iterator[Metric]:
-        """Each family (called by the registry at each scrape)."""
+        """Each family that has series (called by the registry at each scrape; prometheus-cpp leaves a
+        family with none out too)."""
         with self._lock:
             families = list(self._families.values())
         for family in families:
-            yield family.collect()
+            exposed = family.collect()
+            if exposed.samples:
+                yield exposed
 
     def describe(self) -> list[Metric]:
         """Nothing: the families come and go with models (the registry must not check names at registration)."""
         return []
-
-
-CUSTOM_METRICS = CustomMetrics()

@@ -56,11 +56,11 @@ class LocalCalls:
     Attributes:
         loop: the event loop the calls run on (set by the service when it serves its first request,
             and by the app when it starts serving).
-        process: the last ``LocalCalls`` made in this process (the server's), for model code that
-            runs outside a request (the model loading API in ``initialize``).
-    """
 
-    process: LocalCalls | None = None
+    The server's own (``InferenceService.calls``) reach model code with each request
+    (``RequestContext.calls``) and, outside a request (the model loading API in ``initialize``),
+    through the ``BackendHost`` its models are opened with (``kserve_v2.backend.host``).
+    """
 
     def __init__(self, infer: Infer, stream: Stream, load: Load | None = None, unload: Unload | None = None,
                  ready: Ready | None = None) -> None:
@@ -68,7 +68,6 @@ class LocalCalls:
         self._stream = stream
         self._load, self._unload, self._ready = load, unload, ready
         self.loop: asyncio.AbstractEventLoop | None = None
-        LocalCalls.process = self
 
     def load(self, request: pb.RepositoryModelLoadRequest) -> concurrent.futures.Future[object]:
         """Load (or reload) a model as the repository extension's load does; its future (any thread

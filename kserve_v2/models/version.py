@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Executable
+from kserve_v2.backend.host import RateLimiting
 from kserve_v2.backend.text import TextContract
 from kserve_v2.models.warmup import warm_up
 from kserve_v2.protocol.model_spec import ModelSpec
@@ -88,7 +89,8 @@ class ModelVersion:
 
 def open_version(name: str, version: int, config: mc.ModelConfig, executable: Executable,
                  sequence: SequenceSettings | None = None,
-                 labels: Mapping[str, tuple[str, ...]] | None = None, model_dir: Path | None = None) -> ModelVersion:
+                 labels: Mapping[str, tuple[str, ...]] | None = None, model_dir: Path | None = None,
+                 rate_limiter: RateLimiting | None = None) -> ModelVersion:
     """A version of a model its backend opened, with the scheduler its configuration picks (see the
     module docstring) and its instances (the instance group count), warmed up: each instance has run
     the configuration's ``model_warmup`` samples (``kserve_v2.models.warmup``), counted in its statistics.
@@ -99,14 +101,17 @@ def open_version(name: str, version: int, config: mc.ModelConfig, executable: Ex
         sequence: the checked ``sequence_batching`` settings, given when the configuration has them.
         labels: output name -> labels (``label_filename``), for classification.
         model_dir: the model's folder, where warmup data files are read (``warmup/``); None: no warmup.
+        rate_limiter: the server's rate limiter its instances register with (``BackendHost.rate_limiter``);
+            None: rate limiting is off.
 
     Raises:
+        RateLimitError: the instance groups' ``rate_limiter`` resources cannot be granted (Triton's text).
         WarmupError: a warmup sample that cannot be built or fails; the version is closed (the
             message is its load failure reason, Triton's text).
     """
     executable = ragged(config, executable)  # allow_ragged_batch, batch_input, batch_output
     pool = InstancePool(name, version, sum(g.count for g in config.instance_group) or 1, executable,
-                        config.instance_group)
+                        config.instance_group, rate_limiter)
     strategy = executable.batching or RowBatching(executable)
     scheduler: Scheduler
     if sequence is not None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from kserve_v2 import backend
 from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.backend.host import BackendHost
 from kserve_v2.models.version import ModelVersion, open_version
 from kserve_v2.repository import config as cfg
 from kserve_v2.repository import config_fields, layout
@@ -37,8 +38,9 @@ class LoadResult:
     labels: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None = None) -> LoadResult:
-    """Read the configuration, pick versions by policy, and open each version with its backend.
+def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None, host: BackendHost) -> LoadResult:
+    """Read the configuration, pick versions by policy, and open each version with its backend, for
+    the server ``host`` (its backends get it; its rate limiter takes the versions' instances).
 
     The newest version's interface auto-completes the configuration; the others are validated
     against it. Never raises: every failure becomes a reason in the result.
@@ -71,7 +73,7 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None 
     completed = False
     for version in sorted(versions, reverse=True):
         try:
-            executable = found.open(model_dir, version, config)
+            executable = found.open_model(model_dir, version, config, host)
             if not completed:
                 cfg.complete_tensors(config, executable.inputs, executable.outputs, executable.batchable)
             # sequence controls are checked before the other tensors, as Triton's onnxruntime backend does
@@ -80,7 +82,8 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None 
             cfg.validate(config, executable.inputs, executable.outputs)
             completed = True
             result.loaded[version] = open_version(name, version, config, executable, sequence, result.labels,
-                                                  model_dir)  # model_dir: warmup data files (model_warmup)
+                                                  model_dir,  # model_dir: warmup data files (model_warmup)
+                                                  host.rate_limiter)
         except Exception as err:  # noqa: BLE001 - any load failure is reported as the version's reason
             result.failed[version] = _without_paths(err, model_dir)  # the version's reason, as Triton's index shows it
     result.config = config

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kserve_v2._proto import grpc_service_pb2 as pb
+from kserve_v2.backend.host import BackendHost
 from kserve_v2.models.lifecycle import State
 from kserve_v2.models.version import ModelVersion
 from kserve_v2.protocol.errors import InternalError, InvalidInput, ServerError
@@ -49,6 +50,11 @@ class ModelManager(ModelRecords):
         gpus: CUDA devices usable by ONNX Runtime (0 on CPU hosts).
         on_change: called on the event loop after any state change (readiness, health).
         ready_when_empty: readiness when no model was asked for at start (explicit mode: True).
+
+    Attributes:
+        host: what the backends of the versions it opens get (``kserve_v2.backend.host``): a host of its
+            own that serves no requests until the server (``kserve_v2.app``) hands in its own, whose calls
+            are its service's (made from this manager).
     """
 
     def __init__(self, repositories: list[Path], gpus: int, on_change: Callable[[], None],
@@ -60,6 +66,7 @@ class ModelManager(ModelRecords):
         self._background: set[asyncio.Task[None]] = set()  # retiring versions, loads and unloads left by their callers
         self.step_runner: ensemble.StepRunner | None = None  # the inference call ensemble steps go through
         self.step_streamer: ensemble.StepStreamer | None = None  # and the stream call decoupled steps go through
+        self.host = BackendHost()
 
     async def load_startup_models(self, names: list[str], at_once: int = 1) -> None:
         """Load the models of the startup set, ``at_once`` at a time (Triton's
@@ -133,7 +140,7 @@ class ModelManager(ModelRecords):
                     record.versions.setdefault(version, VersionStatus(State.LOADING))
                 self._on_change()
                 started, rss_before = time.perf_counter(), _rss_bytes()
-                result = await asyncio.to_thread(load_model, folder, name, self._gpus, overrides.config_json)
+                result = await asyncio.to_thread(load_model, folder, name, self._gpus, overrides.config_json, self.host)
                 if result.ensemble_versions:
                     await self._compose(name, result, (*_chain, name))
             finally:

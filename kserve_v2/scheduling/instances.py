@@ -25,7 +25,7 @@ import numpy as np
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Executable
 from kserve_v2.backend.cancellation import Cancellation, running
-from kserve_v2.scheduling import rate_limiter
+from kserve_v2.backend.host import RateLimiting
 
 T = TypeVar("T")
 # Work measured under this (moving average of its thread CPU time, ns) with inputs under INLINE_BYTES runs on the loop.
@@ -41,7 +41,8 @@ class InstancePool:
         name, version: the version (thread names).
         count: instances, the instance group count (>= 1): executions that may run at once.
         executable: what the backend opened.
-        groups: the completed instance groups, registered with the rate limiter when it is on.
+        groups: the completed instance groups, registered with ``limiter``.
+        limiter: the server's rate limiter (``BackendHost.rate_limiter``); None: rate limiting is off.
 
     Raises:
         RateLimitError: the groups' ``rate_limiter`` resources cannot be granted (the version's
@@ -49,8 +50,7 @@ class InstancePool:
     """
 
     def __init__(self, name: str, version: int, count: int, executable: Executable,
-                 groups: Sequence[mc.ModelInstanceGroup] = ()) -> None:
-        limiter = rate_limiter.current()
+                 groups: Sequence[mc.ModelInstanceGroup] = (), limiter: RateLimiting | None = None) -> None:
         self._limited = limiter.register(groups) if limiter is not None and groups else None
         self.count = count
         self.executable = executable
@@ -74,7 +74,7 @@ class InstancePool:
         if self.runs_inline(input_bytes):
             return self.inline(work)
         limited = self._limited
-        instance = None if limited is None else await limited.acquire()
+        allocation = None if limited is None else await limited.acquire()
         cancellation = Cancellation()
         started = finished = 0
 
@@ -91,8 +91,8 @@ class InstancePool:
 
         def finish() -> None:  # on the loop: the instance (and its rate limiter resources) is free again
             self._running -= 1
-            if limited is not None and instance is not None:
-                limited.release(instance)
+            if allocation is not None:
+                allocation.release()
 
         def done(_: object) -> None:  # on the thread: the work finished, or was dropped unstarted
             if not loop.is_closed():

@@ -14,9 +14,11 @@ the resources its instance group's ``rate_limiter`` lists are free, across every
   ``executions * max(priority, 1)`` (Triton's ``ScaledPriority``: an instance of priority 2 gets
   half the turns of one of priority 1), ties in staging order, and only from the head: an instance
   whose resources are busy holds back those behind it, as Triton's ``AttemptAllocation`` does.
-- **Off** (the default, as in Triton): ``current()`` is None; instances run as soon as they are
-  free and their ``rate_limiter`` settings are ignored.
+- **Off** (the default, as in Triton): the server has no limiter (``from_settings`` gives None);
+  instances run as soon as they are free and their ``rate_limiter`` settings are ignored.
 
+Each server (``kserve_v2.app.App``) has its own limiter, which reaches the versions it loads through
+its ``BackendHost`` (``kserve_v2.backend.host``, whose ``RateLimiting`` protocol it implements).
 ``register`` runs in the loader's threads; ``acquire`` and ``release`` on the event loop.
 With ``--workers N`` each replica process has its own limiter (its own copies of every resource).
 """
@@ -60,6 +62,10 @@ class Instance:
     def scaled_priority(self) -> int:
         """Triton's ``ScaledPriority``: executions * max(priority, 1); the lowest is allocated first."""
         return self.executions * max(self.priority, 1)
+
+    def release(self, executed: bool = True) -> None:
+        """Free this instance and its resources after an execution (``ModelInstances.release``; event loop only)."""
+        self.owner.release(self, executed)
 
 
 class ModelInstances:
@@ -230,17 +236,7 @@ class RateLimiter:
                 self._allocated[key] -= count
 
 
-_current: RateLimiter | None = None
-
-
-def configure(mode: RateLimitMode, resources: Iterable[RateLimitResource] = ()) -> RateLimiter | None:
-    """Set this process's limiter from ``--rate-limit`` and ``--rate-limit-resource`` (before models load):
-    a ``RateLimiter`` for ``execution_count``, None for ``off``. Returns it."""
-    global _current
-    _current = RateLimiter(resources) if mode == "execution_count" else None
-    return _current
-
-
-def current() -> RateLimiter | None:
-    """This process's limiter; None when rate limiting is off."""
-    return _current
+def from_settings(mode: RateLimitMode, resources: Iterable[RateLimitResource] = ()) -> RateLimiter | None:
+    """A server's limiter from ``--rate-limit`` and ``--rate-limit-resource``: a ``RateLimiter`` for
+    ``execution_count``, None for ``off``."""
+    return RateLimiter(resources) if mode == "execution_count" else None

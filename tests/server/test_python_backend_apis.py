@@ -147,16 +147,20 @@ METRICS = '''
     class TritonPythonModel:
         def initialize(self, args):
             labels = {"model": args["model_name"], "version": args["model_version"]}
-            self.requests = pb_utils.MetricFamily(name="custom_requests", description="Requests seen",
-                                                  kind=pb_utils.MetricFamily.COUNTER).Metric(labels=labels)
-            self.last = pb_utils.MetricFamily(name="custom_last_input", description="The last input",
-                                              kind=pb_utils.MetricFamily.GAUGE).Metric(labels=labels)
-            self.sizes = pb_utils.MetricFamily(name="custom_input_size", description="Inputs seen",
-                                               kind=pb_utils.MetricFamily.HISTOGRAM).Metric(labels=labels,
-                                                                                            buckets=[1.0, 10.0])
-            self.by_process = pb_utils.MetricFamily(name="custom_by_process", description="Requests per replica",
-                                                    kind=pb_utils.MetricFamily.COUNTER).Metric(
-                labels={"pid": str(os.getpid())})
+            # the families are kept: a metric whose MetricFamily object is gone refuses its operations
+            self.families = [
+                pb_utils.MetricFamily(name="custom_requests", description="Requests seen",
+                                      kind=pb_utils.MetricFamily.COUNTER),
+                pb_utils.MetricFamily(name="custom_last_input", description="The last input",
+                                      kind=pb_utils.MetricFamily.GAUGE),
+                pb_utils.MetricFamily(name="custom_input_size", description="Inputs seen",
+                                      kind=pb_utils.MetricFamily.HISTOGRAM),
+                pb_utils.MetricFamily(name="custom_by_process", description="Requests per replica",
+                                      kind=pb_utils.MetricFamily.COUNTER)]
+            self.requests = self.families[0].Metric(labels=labels)
+            self.last = self.families[1].Metric(labels=labels)
+            self.sizes = self.families[2].Metric(labels=labels, buckets=[1.0, 10.0])
+            self.by_process = self.families[3].Metric(labels={"pid": str(os.getpid())})
             try:
                 self.requests.set(1)
             except pb_utils.TritonModelException as err:
@@ -316,7 +320,7 @@ def test_custom_metrics_are_scraped(server: Server) -> None:
     labels = {"model": "metered", "version": "1"}
     assert metric(samples, "custom_requests", **labels) == 3
     assert metric(samples, "custom_last_input", **labels) == 50
-    assert [metric(samples, "custom_input_size_bucket", le=le, **labels) for le in ("1.0", "10.0", "+Inf")] == [1, 2, 3]
+    assert [metric(samples, "custom_input_size_bucket", le=le, **labels) for le in ("1", "10", "+Inf")] == [1, 2, 3]
     assert metric(samples, "custom_input_size_count", **labels) == 3
     assert metric(samples, "custom_input_size_sum", **labels) == 55
 

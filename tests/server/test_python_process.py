@@ -181,11 +181,13 @@ METRICS = '''
 
     class TritonPythonModel:
         def initialize(self, args):
-            family = pb_utils.MetricFamily(name="stub_requests", description="Requests seen in a stub",
-                                           kind=pb_utils.MetricFamily.COUNTER)
-            self.requests = family.Metric(labels={"model": args["model_name"]})
-            self.sizes = pb_utils.MetricFamily(name="stub_sizes", description="Sizes",
-                                               kind=pb_utils.MetricFamily.HISTOGRAM).Metric(buckets=[1.0, 10.0])
+            # the families are kept: a metric whose MetricFamily object is gone refuses its operations
+            self.families = [pb_utils.MetricFamily(name="stub_requests", description="Requests seen in a stub",
+                                                   kind=pb_utils.MetricFamily.COUNTER),
+                             pb_utils.MetricFamily(name="stub_sizes", description="Sizes",
+                                                   kind=pb_utils.MetricFamily.HISTOGRAM)]
+            self.requests = self.families[0].Metric(labels={"model": args["model_name"]})
+            self.sizes = self.families[1].Metric(buckets=[1.0, 10.0])
 
         def execute(self, requests):
             responses = []
@@ -375,7 +377,7 @@ def test_custom_metrics_of_a_stub_are_the_servers(server: Server) -> None:
     assert refused == "Failed to set metric value: TRITONSERVER_METRIC_KIND_COUNTER does not support Set"
     samples = scrape(server.metrics_port)
     assert metric(samples, "stub_requests", model="metrics") == 6
-    assert metric(samples, "stub_sizes_count") == 2 and metric(samples, "stub_sizes_bucket", le="10.0") == 2
+    assert metric(samples, "stub_sizes_count") == 2 and metric(samples, "stub_sizes_bucket", le="10") == 2
 
 
 @pytest.mark.parametrize(("n", "text"), [

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import Backend
+from kserve_v2.backend import Backend, BackendHost
 from kserve_v2.runtime.onnx import confined_file
 from kserve_v2.runtime.python import pb_utils
 from kserve_v2.runtime.python.config import ModelConfig, complete, config_json
@@ -53,9 +53,9 @@ MODEL_FILE = "model.py"
 CUSTOM_STUB = "triton_python_backend_stub"
 
 
-def open_python(model_dir: Path, version: int, config: mc.ModelConfig) -> PythonModel:
+def open_python(model_dir: Path, version: int, config: mc.ModelConfig, host: BackendHost) -> PythonModel:
     """Load ``<model_dir>/<version>/model.py``, auto-complete ``config`` (in place) and initialize
-    the instances.
+    the instances, for the server ``host`` (its custom metrics, calls and python backend settings).
 
     Raises:
         ValueError: a custom stub; an ``EXECUTION_ENV_PATH`` that cannot be used (``open_environment``),
@@ -79,28 +79,28 @@ def open_python(model_dir: Path, version: int, config: mc.ModelConfig) -> Python
     if not path.is_file():
         raise FileNotFoundError(f"model file '{relative}' not found")
     if not in_process:
-        model = ProcessModel(path, config.name, environment)
+        model = ProcessModel(path, config.name, host, environment)
         try:
-            return _opened(model, model.completes, path, model_dir, version, config)
+            return _opened(model, model.completes, path, model_dir, version, config, host)
         finally:
             model.discard()
     sys.argv = list(STUB_ARGV)  # model code (unittest.main, argparse) never sees the server's command line
     model_class = import_model_class(path, config.name)
-    return _opened(model_class, hasattr(model_class, "auto_complete_config"), path, model_dir, version, config)
+    return _opened(model_class, hasattr(model_class, "auto_complete_config"), path, model_dir, version, config, host)
 
 
 def _opened(model_class: Any, completes: bool, path: Path, model_dir: Path, version: int,
-            config: mc.ModelConfig) -> PythonModel:
+            config: mc.ModelConfig, host: BackendHost) -> PythonModel:
     """Auto-complete ``config`` with ``model_class`` (when ``completes``) and initialize its instances."""
     folder = str(path.parent)
     if completes:
-        with running_as(Running(folder, None, ())):
+        with running_as(Running(folder, None, (), host=host)):
             try:
                 completed = model_class.auto_complete_config(ModelConfig(config_json(config)))
             except (Exception, SystemExit) as err:  # noqa: BLE001 - the load failure reason
                 raise ValueError(f"auto_complete_config of python model '{config.name}' failed: {text_of(err)}") from None
         complete(config, completed)
-    return PythonModel(model_class, config, model_dir, version, folder)
+    return PythonModel(model_class, config, model_dir, version, folder, host)
 
 
 BACKEND = Backend(open_python)

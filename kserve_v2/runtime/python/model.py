@@ -21,13 +21,14 @@ import numpy as np
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext
 from kserve_v2.backend.cancellation import current
-from kserve_v2.backend.custom_metrics import CUSTOM_METRICS
 from kserve_v2.backend.decoupled import CLOSED, ResponseStream
+from kserve_v2.backend.host import BackendHost
 from kserve_v2.backend.rescheduling import NOT_CONFIGURED, Rescheduled
 from kserve_v2.backend.text import TextContract
 from kserve_v2.protocol import datatypes
 from kserve_v2.protocol.errors import Cancelled, InternalError, InvalidInput, ServerError
 from kserve_v2.protocol.model_spec import TensorDeclaration
+from kserve_v2.protocol.reserved import SCHEDULING_PARAMETERS
 from kserve_v2.runtime.python import pb_utils
 from kserve_v2.runtime.python.config import config_json
 from kserve_v2.runtime.python.pb_utils import RUNNING, InferenceResponseSender, Running, received
@@ -35,7 +36,7 @@ from kserve_v2.runtime.python.tensors import InferenceResponse, Tensor, TritonEr
 
 log = logging.getLogger(__name__)
 # request parameters that Triton gives the model as its correlation id and flags, or keeps for itself
-_NOT_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout")
+_NOT_PARAMETERS = SCHEDULING_PARAMETERS
 _KINDS = {mc.ModelInstanceGroup.KIND_GPU: "GPU", mc.ModelInstanceGroup.KIND_MODEL: "MODEL"}
 # Triton's ResponseSender texts (python_backend src/response_sender.cc)
 MORE_THAN_ONE = "Unable to send response. Non-decoupled model cannot send more than one response."
@@ -107,14 +108,16 @@ def declarations(config: mc.ModelConfig) -> tuple[tuple[TensorDeclaration, ...],
 
 class PythonModel:
     """One version of a python model: its instances (``TritonPythonModel`` objects) and how a request
-    reaches them; the ``python`` backend's ``Executable`` (see the module docstring)."""
+    reaches them; the ``python`` backend's ``Executable`` (see the module docstring). ``host``: the server
+    that opened it; its model code runs with it (``Running.host``: custom metrics, the model loading API)."""
 
     batchable = False
     threaded = True
     on_cuda = False
     text: TextContract | None = None
 
-    def __init__(self, model_class: Any, config: mc.ModelConfig, model_dir: Path, version: int, folder: str) -> None:
+    def __init__(self, model_class: Any, config: mc.ModelConfig, model_dir: Path, version: int, folder: str,
+                 host: BackendHost) -> None:
         self.name = config.name
         self.inputs, self.outputs = declarations(config)
         self.batching = PythonBatching(self)
@@ -127,6 +130,7 @@ class PythonModel:
         self._instances: list[tuple[Any, str]] = []
         self._loops: dict[str, asyncio.AbstractEventLoop] = {}
         self._owner = object()  # the custom metric families the version creates are its (released at close)
+        self._host = host
         text = config_json(config)
         for group in config.instance_group:
             for index in range(group.count):
@@ -136,7 +140,7 @@ class PythonModel:
                         "model_instance_name": instance_name, "model_instance_device_id": str(device),
                         "model_repository": str(model_dir), "model_version": str(version), "model_name": config.name}
                 instance = model_class()
-                with running_as(Running(folder, None, (), self._owner)):
+                with running_as(Running(folder, None, (), self._owner, host)):
                     try:
                         if hasattr(instance, "initialize"):
                             instance.initialize(args)
@@ -173,7 +177,7 @@ class PythonModel:
         # the sequence batcher binds a sequence to one instance (its lane), as Triton's does: its state stays there
         instance, instance_name = self._free.get(next((c.instance for c in contexts if c.instance is not None), None))
         try:
-            now = Running(self._folder, calls, callers, self._owner)
+            now = Running(self._folder, calls, callers, self._owner, self._host)
             with running_as(now):
                 returned = instance.execute(requests)
             if inspect.iscoroutine(returned):
@@ -278,7 +282,7 @@ class PythonModel:
 
     def close(self) -> None:
         """Call each instance's ``finalize`` (errors are logged) and close the instance threads' loops."""
-        with running_as(Running(self._folder, None, (), self._owner)):
+        with running_as(Running(self._folder, None, (), self._owner, self._host)):
             for instance, instance_name in self._instances:
                 if hasattr(instance, "finalize"):
                     try:
@@ -286,7 +290,7 @@ class PythonModel:
                     except (Exception, SystemExit) as err:  # noqa: BLE001 - unloading goes on
                         log.error("finalize of python model '%s' failed", instance_name, exc_info=err)
         self._instances.clear()
-        CUSTOM_METRICS.release(self._owner)  # its metric families go with it (Triton's python backend)
+        self._host.custom_metrics.release(self._owner)  # its metric families go with it (Triton's python backend)
         for loop in self._loops.values():
             loop.call_soon_threadsafe(loop.stop)
         self._loops.clear()

@@ -7,8 +7,11 @@ builds itself (business logic scripting) runs through the server's one inference
 (``kserve_v2.backend.local_calls``) with ``exec`` or ``async_exec``; a decoupled model answers through
 ``InferenceRequest.get_response_sender``. A model's ``MetricFamily`` series are exported in the
 server's ``/metrics`` (``kserve_v2.backend.custom_metrics``); ``load_model``, ``unload_model`` and
-``is_model_ready`` are the server's model repository calls (``LocalCalls``). Names, signatures,
-constants and error texts are Triton's.
+``is_model_ready`` are the server's model repository calls (``LocalCalls``). The server is the one
+that loaded the running model: model code's calls take no such argument, so they find it through
+what the model runs as (``Running.host``, the ``BackendHost`` its version was opened with; ``RUNNING``,
+or in a thread the model started the last execute's). Names, signatures, constants and error texts
+are Triton's.
 """
 
 from __future__ import annotations
@@ -29,14 +32,17 @@ import numpy as np
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.backend import Parameter
-from kserve_v2.backend.custom_metrics import CUSTOM_METRICS, CustomMetric, MetricError, MetricKind
+from kserve_v2.backend.custom_metrics import CustomMetric, MetricError, MetricKind
 from kserve_v2.backend.decoupled import Streamed
+from kserve_v2.backend.host import BackendHost
 from kserve_v2.backend.local_calls import LocalCalls
 from kserve_v2.codec.messages import InferRequest, RequestedOutput, RequestHeader, parameter
 from kserve_v2.protocol.errors import Unavailable
+from kserve_v2.protocol.reserved import TIMEOUT_EXPIRED
 from kserve_v2.runtime.python.config import ModelConfig, tensor_config
 from kserve_v2.runtime.python.tensors import (TRITON_TYPES, InferenceResponse, MemoryType, Tensor, TritonError,
-                                              TritonModelException, add_input, numpy_to_triton_type, response_of)
+                                              TritonModelException, add_input, binding_type_error, is_text,
+                                              numpy_to_triton_type, response_of, tensor_list, text)
 
 __all__ = ["InferenceResponse", "ModelConfig", "Tensor", "TritonError", "TritonModelException", "numpy_to_triton_type"]
 
@@ -66,12 +72,15 @@ class PreferredMemory:
 @dataclass(frozen=True, slots=True)
 class Running:
     """What model code running now may use: its model's folder, the server's calls, and the models
-    its requests' callers wait in (``kserve_v2.backend.local_calls``)."""
+    its requests' callers wait in (``kserve_v2.backend.local_calls``), the loaded version, and the
+    server that loaded it (``host``: its custom metrics and, outside a request, its calls; None in a
+    stub process, whose pb_utils asks the server)."""
 
     model_dir: str
     calls: LocalCalls | None
     callers: tuple[str, ...]
     owner: object = None  # the loaded version (its custom metric families go when it unloads); None: none
+    host: BackendHost | None = None
 
 
 # set by the backend around initialize, execute and finalize (threads a model starts see the last execute)
@@ -79,8 +88,12 @@ RUNNING: ContextVar[Running | None] = ContextVar("kserve_v2_python_running", def
 _last: list[Running] = []
 # Triton's text for a BLS request outside execute (python_backend src/infer_request.cc)
 BLS_OUTSIDE_EXECUTE = "BLS is only supported during the 'execute' function."
-# Triton's text for a request whose timeout expired (its core's scheduler queue)
-TIMEOUT_EXPIRED = "Request timeout expired"
+# the one overload of Triton's InferenceRequest binding (python_backend src/pb_stub.cc), in pybind11's TypeError
+_REQUEST_SIGNATURE = ("c_python_backend_utils.InferenceRequest(request_id: str = '', correlation_id: object = 0, "
+                      "inputs: List[c_python_backend_utils.Tensor], requested_output_names: List[str], model_name: str, "
+                      "model_version: int = -1, flags: int = 0, timeout: int = 0, preferred_memory: "
+                      "c_python_backend_utils.PreferredMemory = ..., trace: c_python_backend_utils.InferenceTrace = ..., "
+                      "parameters: object = None)")
 
 
 def enter(now: Running) -> Token[Running | None]:
@@ -143,8 +156,13 @@ class InferenceRequest:
     them, e.g. a model name read from a BYTES tensor), and ``requested_output_names`` either too.
 
     Raises:
-        TritonModelException: a correlation id that is neither int nor str; parameters whose keys
-            are not str or whose values are not bool, int or str.
+        TypeError: an argument of a wrong type (None included: ``inputs``, ``requested_output_names``,
+            ``model_name``, ``request_id``, ``correlation_id``, ``model_version``, ``flags``, ``timeout``),
+            with pybind11's text, as Triton's binding.
+        TritonModelException: an input that is None or an empty requested output name (Triton's texts,
+            "Input tensor for request with id '<id>' and model name '<model>' should not be empty."); a
+            correlation id that is neither int nor str; parameters whose keys are not str or whose
+            values are not bool, int or str.
     """
 
     def __init__(self, request_id: str | bytes = "", correlation_id: int | str = 0, inputs: Sequence[Tensor] = (),
@@ -152,7 +170,19 @@ class InferenceRequest:
                  model_version: int = -1, flags: int = 0, timeout: int = 0,
                  preferred_memory: PreferredMemory | None = None, trace: Any = None,
                  parameters: dict[str, Parameter] | str | None = None) -> None:
-        request_id, model_name = _text(request_id), _text(model_name)
+        given_names = requested_output_names
+        if (not is_text(request_id) or correlation_id is None or not tensor_list(inputs) or not is_text(model_name)
+                or not isinstance(given_names, Sequence) or is_text(given_names) or not all(map(is_text, given_names))
+                or not all(isinstance(number, int) for number in (model_version, flags, timeout))):
+            raise binding_type_error("__init__", _REQUEST_SIGNATURE, (request_id, correlation_id, inputs, given_names,
+                                                                      model_name, model_version, flags, timeout))
+        request_id, model_name = text(request_id), text(model_name)
+        if any(tensor is None for tensor in inputs):
+            raise TritonModelException(f"Input tensor for request with id '{request_id}' and model name '{model_name}' "
+                                       "should not be empty.")
+        if not all(given_names):
+            raise TritonModelException(f"Requested output name for request with id '{request_id}' and model name "
+                                       f"'{model_name}' should not be empty.")
         if not isinstance(correlation_id, int | str):
             raise TritonModelException("Correlation ID must be integer or string")
         given: dict[str, Parameter] = json.loads(parameters) if isinstance(parameters, str) else dict(parameters or {})
@@ -163,7 +193,7 @@ class InferenceRequest:
                 raise TritonModelException(f"Expect parameters values to have type bool/int/str, found type {type(value)}")
         self._id, self._correlation_id, self._flags, self._timeout = request_id, correlation_id, flags, timeout
         self._inputs = list(inputs)
-        self._outputs = [_text(name) for name in requested_output_names]
+        self._outputs = [text(name) for name in given_names]
         self._model_name, self._model_version = model_name, model_version
         self._parameters = given
         self._sender: InferenceResponseSender | None = None
@@ -246,8 +276,9 @@ class InferenceRequest:
         import asyncio
 
         calls, message, callers = self._sending()
-        if decoupled:
-            return _ResponseIterator(calls, message, callers, self._timeout)
+        if decoupled:  # the iterator waits for the first response: on a worker thread, not the model's loop
+            return await asyncio.get_running_loop().run_in_executor(None, _ResponseIterator, calls, message, callers,
+                                                                    self._timeout)
         future = calls.infer(message, callers)
         try:
             return response_of(await asyncio.wait_for(asyncio.wrap_future(future),
@@ -293,11 +324,6 @@ class InferenceRequest:
         for tensor in self._inputs:
             add_input(message, tensor)
         return message
-
-
-def _text(value: str | bytes) -> str:
-    """A name given as ``str`` or UTF-8 ``bytes`` (pybind11's ``std::string`` takes both), as ``str``."""
-    return value.decode("utf-8") if isinstance(value, bytes | bytearray) else value
 
 
 def received(request_id: str, correlation_id: int | str, flags: int, parameters: dict[str, Parameter],
@@ -346,13 +372,18 @@ class _ResponseIterator(_AsyncResponses):
     ``cancel`` cancels the request (Triton's python backend README, "Cancelling decoupled BLS
     requests"): the callee's ``is_cancelled()`` turns true and the iterator ends with a CANCELLED
     error response. A ``timeout`` (microseconds) counts from the call to the final response: when it
-    expires first, the request is cancelled and the iterator ends with "Request timeout expired"."""
+    expires first, the request is cancelled and the iterator ends with "Request timeout expired".
+
+    It is made once the first response came, as Triton's ``exec(decoupled=True)`` returns (the iterator
+    starts with it): an ``async def execute`` that iterates the responses of ``async_exec`` at once then
+    does not hold its event loop, and the model's other executes, waiting for a response to come."""
 
     def __init__(self, calls: LocalCalls, message: InferRequest, callers: tuple[str, ...], timeout_us: int = 0) -> None:
         self._items: queue.SimpleQueue[Streamed] = queue.SimpleQueue()
         self._done = False
         self._deadline = time.monotonic() + timeout_us / 1e6 if timeout_us > 0 else None
         self._future = calls.stream(message, callers, self._items.put)
+        self._first: InferenceResponse | None = self._take()
 
     def __iter__(self) -> Iterator[InferenceResponse]:
         return self
@@ -362,8 +393,15 @@ class _ResponseIterator(_AsyncResponses):
         self._future.cancel()
 
     def __next__(self) -> InferenceResponse:
+        first, self._first = self._first, None
+        if first is not None:
+            return first
         if self._done:
             raise StopIteration
+        return self._take()
+
+    def _take(self) -> InferenceResponse:
+        """The next response, as it comes (until the deadline)."""
         try:
             wait = None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
             item = self._items.get(timeout=wait)
@@ -378,7 +416,12 @@ class _ResponseIterator(_AsyncResponses):
 
 
 class Logger:
-    """Log lines from model code, in the server's log (logger ``kserve_v2.python_models``)."""
+    """Log lines from model code, in the server's log (logger ``kserve_v2.python_models``).
+
+    Raises:
+        TypeError: a message that is not ``str`` (None included), or a level that is not a
+            ``Logger.LogLevel`` (an int included), with pybind11's text, as Triton's binding.
+    """
 
     class LogLevel(enum.IntEnum):
         INFO = 0
@@ -390,23 +433,33 @@ class Logger:
 
     @staticmethod
     def log(message: str, level: Logger.LogLevel = LogLevel.INFO) -> None:
-        _log.log((logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG)[int(level)], "%s", message)
+        if not is_text(message) or not isinstance(level, Logger.LogLevel):
+            raise binding_type_error("log", "(message: str, level: c_python_backend_utils.Logger.LogLevel = "
+                                     "<LogLevel.INFO: 0>) -> None", (message, level))
+        _log.log((logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG)[int(level)], "%s", text(message))
 
     @staticmethod
     def log_info(message: str) -> None:
-        _log.info("%s", message)
+        _log.info("%s", Logger._message("log_info", message))
 
     @staticmethod
     def log_warn(message: str) -> None:
-        _log.warning("%s", message)
+        _log.warning("%s", Logger._message("log_warn", message))
 
     @staticmethod
     def log_error(message: str) -> None:
-        _log.error("%s", message)
+        _log.error("%s", Logger._message("log_error", message))
 
     @staticmethod
     def log_verbose(message: str) -> None:
-        _log.debug("%s", message)
+        _log.debug("%s", Logger._message("log_verbose", message))
+
+    @staticmethod
+    def _message(function: str, message: object) -> str:
+        """``message`` of a ``log_*`` call, as text; pybind11's TypeError when it is not text."""
+        if not is_text(message):
+            raise binding_type_error(function, "(message: str) -> None", (message,))
+        return text(message)
 
 
 def get_model_dir() -> str:
@@ -464,9 +517,10 @@ def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
 
 
 def _control() -> tuple[LocalCalls, tuple[str, ...]]:
-    """The server's calls for the model loading API, and the models on the calling chain."""
+    """The server's calls for the model loading API (the request's, else those of the server that loaded
+    the running model), and the models on the calling chain."""
     now = RUNNING.get() or (_last[0] if _last else None)
-    calls = (now.calls if now is not None else None) or LocalCalls.process
+    calls = None if now is None else now.calls or (now.host.calls if now.host is not None else None)
     if calls is None:
         raise TritonModelException("the model loading API needs a running server")
     return calls, now.callers if now is not None else ()
@@ -603,12 +657,12 @@ class MetricFamily:
         if not isinstance(kind, MetricKind):
             raise TritonModelException("Error when creating MetricFamily: Unsupported kind passed to MetricFamily "
                                        "constructor.")
-        owner = running().owner
-        if owner is None:
+        now = running()
+        if now.owner is None or now.host is None:
             raise TritonModelException("Error when creating MetricFamily: a metric family can only be created in "
                                        "initialize, execute or finalize")
         try:
-            self._family = CUSTOM_METRICS.family(name, description, kind, owner)
+            self._family = now.host.custom_metrics.family(name, description, kind, now.owner)
         except MetricError as err:
             raise TritonModelException(str(err)) from None
 

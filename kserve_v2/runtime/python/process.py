@@ -8,7 +8,7 @@ proxy whose ``initialize``, ``execute`` and ``finalize`` run in its stub process
 (``kserve_v2.runtime.python.stub``), so ``PythonModel`` batches, answers, counts and reports errors
 as it does for in-process instances. Tensors travel through the instance's shared memory region
 (``kserve_v2.runtime.python.shm``) with the sizes of Triton's ``--backend-config=python,...``
-settings (``configure``); the server copies the outputs out of it. A response the model sends
+settings (the server's ``BackendHost.python``); the server copies the outputs out of it. A response the model sends
 through a request's sender, also from a thread after ``execute`` returned (a decoupled model's
 usual way), reaches the server's sender of that request, whose errors (Triton's texts) the model's
 ``send`` raises; ``is_cancelled`` asks the server. What model code asks of the server runs here,
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.backend.host import BackendHost
 from kserve_v2.runtime.python import pb_utils
 from kserve_v2.runtime.python.config import ModelConfig
 from kserve_v2.runtime.python.environments import Environment, stub_command
@@ -46,26 +47,17 @@ from kserve_v2.backend.decoupled import CLOSED
 from kserve_v2.runtime.python.shm import Region, Sizes, Slot
 from kserve_v2.runtime.python.stub import ResponseMeta, inline_meta
 from kserve_v2.runtime.python.tensors import InferenceResponse, Tensor, TritonError
-from kserve_v2.settings.backend_config import PythonBackendConfig
 
 log = logging.getLogger(__name__)
 EXECUTION_MODE = "EXECUTION_MODE"
 IN_PROCESS, PROCESS = "in_process", "process"
 MODES = (IN_PROCESS, PROCESS)
-_sizes = Sizes()
 _regions = itertools.count(1)
 _regions_lock = threading.Lock()
 _live: set[ProcessInstance] = set()  # instances whose region exists
 # a model answered once that returns None for a request and sent nothing before execute returned
 NOT_ANSWERED = ("the model returned no response for the request and sent none before execute returned (a response "
                 "sent later is not supported with EXECUTION_MODE 'process')")
-
-
-def configure(config: PythonBackendConfig) -> None:
-    """Use ``config`` (Triton's ``shm-default-byte-size``, ``shm-growth-byte-size`` and
-    ``shm-region-prefix-name``) for the regions of the instances loaded from now on."""
-    global _sizes
-    _sizes = Sizes(config.shm_default_byte_size, config.shm_growth_byte_size, config.shm_region_prefix_name)
 
 
 def execution_mode(config: mc.ModelConfig) -> str:
@@ -95,6 +87,9 @@ class ProcessInstance:
     Args:
         path: the model file.
         model_name: the model's name.
+        host: the server that loads it: its python backend settings size the region (Triton's
+            ``shm-default-byte-size``, ``shm-growth-byte-size``, ``shm-region-prefix-name``), and what
+            the model asks of the server runs with it.
         environment: the model's ``EXECUTION_ENV_PATH`` environment, whose interpreter runs the stub;
             None: the server's.
 
@@ -102,16 +97,18 @@ class ProcessInstance:
         ValueError: the stub cannot start, or the model file fails to import there (its text).
     """
 
-    def __init__(self, path: Path, model_name: str, environment: Environment | None = None) -> None:
-        self._path, self._model_name, self._environment = path, model_name, environment
+    def __init__(self, path: Path, model_name: str, host: BackendHost, environment: Environment | None = None) -> None:
+        self._path, self._model_name, self._host, self._environment = path, model_name, host, environment
         self.name = model_name  # the instance's name once initialized
         self._args: dict[str, str] | None = None
         self._decoupled = False
         with _regions_lock:
             number = next(_regions)
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", model_name)
-        self._region = Region(f"{_sizes.prefix}{safe}_{os.getpid()}_{number}", _sizes.default_byte_size, create=True)
-        self._sizes = _sizes
+        python = host.python
+        self._sizes = Sizes(python.shm_default_byte_size, python.shm_growth_byte_size, python.shm_region_prefix_name)
+        self._region = Region(f"{self._sizes.prefix}{safe}_{os.getpid()}_{number}", self._sizes.default_byte_size,
+                              create=True)
         self._process: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
         self._write = threading.Lock()  # one message at a time on the socket
@@ -332,7 +329,7 @@ class ProcessInstance:
         that sent it (or the latest one: a thread the model started) and send the result back."""
         running = self._running.get(execution, self._latest) if execution is not None else self._latest
         try:
-            with running_as(running or Running("", None, ())):
+            with running_as(running or Running("", None, (), host=self._host)):
                 if kind in ("bls", "bls_stream"):
                     fields = dict(args[0])
                     inputs = [Tensor(name, array) for name, array in fields.pop("inputs")]
@@ -369,12 +366,14 @@ class ProcessInstance:
         execution, or ``initialize``, that runs it): ``("ok", result)`` or ``("error", Triton's text)``."""
         running = self._running.get(execution, self._latest) if execution is not None else self._latest
         try:
-            with running_as(running or Running("", None, ())):
+            with running_as(running or Running("", None, (), host=self._host)):
                 if kind == "metric_family":
                     self._metrics.append(pb_utils.MetricFamily(*args))
                 elif kind == "metric_of":
                     family, labels, buckets = args
                     self._metrics.append(self._metrics[family].Metric(labels, buckets))
+                elif kind == "metric_family_gone":
+                    self._metrics[args[0]] = None  # the model deleted it: so is this one (its metrics refuse)
                 else:
                     metric, operation, value = args
                     found = getattr(self._metrics[metric], operation)
@@ -456,15 +455,16 @@ class ProcessModel:
     Args:
         path: the model file.
         model_name: the model's name.
+        host: the server that loads it (``ProcessInstance``).
         environment: the model's ``EXECUTION_ENV_PATH`` environment (``ProcessInstance``), or None.
 
     Raises:
         ValueError: the stub cannot start, or the model file fails to import there.
     """
 
-    def __init__(self, path: Path, model_name: str, environment: Environment | None = None) -> None:
-        self._path, self._model_name, self._environment = path, model_name, environment
-        self._first: ProcessInstance | None = ProcessInstance(path, model_name, environment)
+    def __init__(self, path: Path, model_name: str, host: BackendHost, environment: Environment | None = None) -> None:
+        self._path, self._model_name, self._host, self._environment = path, model_name, host, environment
+        self._first: ProcessInstance | None = ProcessInstance(path, model_name, host, environment)
         self.completes = self._first.completes
 
     def auto_complete_config(self, config: ModelConfig) -> Any:
@@ -474,7 +474,8 @@ class ProcessModel:
 
     def __call__(self) -> ProcessInstance:
         first, self._first = self._first, None
-        return first if first is not None else ProcessInstance(self._path, self._model_name, self._environment)
+        return first if first is not None else ProcessInstance(self._path, self._model_name, self._host,
+                                                               self._environment)
 
     def discard(self) -> None:
         """Stop the first stub when it was not made an instance (the load failed before)."""

@@ -27,6 +27,7 @@ that sent it and answers with its response (to a decoupled model: ``bls_stream``
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib.util
 import inspect
 import itertools
@@ -118,6 +119,7 @@ class Stub:
         self._instance: Any = None
         self._folder = ""
         self._decoupled = False
+        self._name = ""  # the instance's (Triton's model_instance_name)
         self._write = threading.Lock()  # one message at a time on the socket
         self._area = threading.Lock()  # the region's output area: one response in it until the server read it
         self._executing = False  # the server waits for an execute: the region after its inputs is the stub's
@@ -203,6 +205,7 @@ class Stub:
 
     def _on_initialize(self, args: dict[str, str]) -> None:
         self._decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
+        self._name = args["model_instance_name"]
         self._instance = self._model_class()
         if hasattr(self._instance, "initialize"):
             with running_as(Running(self._folder, None, ())):
@@ -239,7 +242,12 @@ class Stub:
             with running_as(now):
                 returned = self._instance.execute(received_requests)
             if inspect.iscoroutine(returned):
-                returned = asyncio.run_coroutine_threadsafe(_as(now, returned), self._event_loop()).result()
+                future = asyncio.run_coroutine_threadsafe(_as(now, returned), self._event_loop())
+                if self._decoupled:  # in the background (as in the server's process): its executes overlap
+                    future.add_done_callback(lambda done: self._failed(done, received_requests))
+                    returned = None
+                else:
+                    returned = future.result()
         finally:
             _EXECUTION.reset(token)
         again = [pb_utils.rescheduled(request) for request in received_requests]
@@ -274,6 +282,21 @@ class Stub:
             if error is not None:
                 raise TritonModelException(error)
         return deliver
+
+    def _failed(self, done: concurrent.futures.Future[Any], requests: list[pb_utils.InferenceRequest]) -> None:
+        """A decoupled model's ``async def execute`` ended: when it raised, the error is logged and
+        the requests still open end with it (the in-process text: the server's ``PythonModel``)."""
+        err = None if done.cancelled() else done.exception()
+        if err is None:
+            return
+        log.error("python model '%s' failed to execute", self._name, exc_info=err)
+        failure = InferenceResponse(error=pb_utils.TritonError(
+            f"Failed to process the request(s) for model '{self._name}', message: {text_of(err)}"))
+        for request in requests:
+            try:
+                request.get_response_sender().send(failure, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            except TritonModelException:
+                pass  # answered already
 
     def _cancelled(self, execution: int, index: int) -> Any:
         def cancelled() -> bool:
@@ -390,6 +413,22 @@ class _MetricFamily:
 
     def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> _Metric:  # noqa: N802
         return _Metric(_forward("metric_of", self._number, labels, buckets))
+
+    def __del__(self) -> None:
+        """The model deleted it: the server's goes too, and its metrics refuse their operations (Triton's
+        stub clears them). Not on the reader thread, which must be free to take the reply."""
+        if "_number" not in vars(self):
+            return  # creating it failed
+        if threading.current_thread().name == "python-stub-reader":
+            threading.Thread(target=self._gone, daemon=True).start()
+        else:
+            self._gone()
+
+    def _gone(self) -> None:
+        try:
+            _forward("metric_family_gone", self._number)
+        except TritonModelException:
+            pass  # the server went away
 
 
 async def _async_exec(request: pb_utils.InferenceRequest, decoupled: bool = False) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -68,6 +68,38 @@ class TritonError:
                    codes.get(code, cls.INTERNAL))
 
 
+def binding_type_error(function: str, signature: str, given: Sequence[Any]) -> TypeError:
+    """The ``TypeError`` Triton's pb_utils raise for arguments of a wrong type: its classes and functions
+    are pybind11 bindings, and this is pybind11's text ("incompatible constructor arguments" for
+    ``__init__``), with ``signature`` the binding's one overload and ``given`` the values passed."""
+    kind = "constructor" if function == "__init__" else "function"
+    return TypeError(f"{function}(): incompatible {kind} arguments. The following argument types are supported:\n"
+                     f"    1. {signature}\n\nInvoked with: {', '.join(map(repr, given))}")
+
+
+def text(value: str | bytes | bytearray) -> str:
+    """A name given as ``str`` or UTF-8 ``bytes`` (pybind11's ``std::string`` takes both), as ``str``."""
+    return value.decode("utf-8") if isinstance(value, bytes | bytearray) else value
+
+
+def is_text(value: object) -> TypeGuard[str | bytes | bytearray]:
+    """Whether pybind11's ``std::string`` takes ``value`` (``str`` or ``bytes``)."""
+    return isinstance(value, str | bytes | bytearray)
+
+
+def as_sent(array: np.ndarray) -> np.ndarray:
+    """An object array as Triton's python backend sends it as BYTES (``serialize_byte_tensor`` of its
+    ``triton_python_backend_utils``): an element that is neither ``bytes`` nor ``str`` becomes
+    ``str(element)`` in UTF-8 (``np.asarray([1, True], dtype=object)`` is sent as ``b"1"``, ``b"True"``);
+    an array of ``bytes`` and ``str`` only is itself."""
+    items = array.reshape(-1).tolist()
+    if all(issubclass(kind, bytes | str) for kind in set(map(type, items))):
+        return array
+    sent = np.empty(array.shape, dtype=np.object_)
+    sent.reshape(-1)[:] = [item if isinstance(item, bytes | str) else str(item).encode("utf-8") for item in items]
+    return sent
+
+
 def dtype_of(array: np.ndarray, name: str) -> DType:
     """The V2 datatype of a tensor's array (``bytes``, ``str`` and object arrays are BYTES).
 
@@ -103,15 +135,25 @@ class _Capsule:
 
 
 class Tensor:
-    """A named tensor over a numpy array (BYTES: an array of ``bytes`` or ``str``), in CPU memory."""
+    """A named tensor over a numpy array (BYTES: an array of ``bytes``, ``str`` or, in an object array,
+    any object, sent as ``str(object)``: ``as_sent``, which ``as_numpy`` then gives), in CPU memory.
+
+    Raises:
+        TypeError: a name that is not ``str`` (or ``bytes``) or data that is not a numpy array
+            (pybind11's text, as Triton's binding); the request then fails with INTERNAL / 500.
+        TritonModelException: an empty name (Triton's "Tensor name cannot be an empty string.").
+    """
 
     def __init__(self, name: str, data: np.ndarray) -> None:
+        if not is_text(name) or not isinstance(data, np.ndarray):
+            raise binding_type_error("__init__", "c_python_backend_utils.Tensor(arg0: str, arg1: numpy.ndarray)",
+                                     (name, data))
+        name = text(name)
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
-        if not isinstance(data, np.ndarray):
-            raise TritonModelException(f"tensor '{name}' must be made from a numpy array, got {type(data).__name__}")
         self._name = name
-        self._array = data if data.flags.c_contiguous else np.ascontiguousarray(data)
+        array = data if data.flags.c_contiguous else np.ascontiguousarray(data)
+        self._array = as_sent(array) if array.dtype == np.object_ else array
         self.dtype = dtype_of(self._array, name)
 
     def name(self) -> str:
@@ -162,13 +204,22 @@ class InferenceResponse:
     response's ``parameters``, in ``generate`` as keys of the answer).
 
     Raises:
-        TritonModelException: ``parameters`` that is not a dict, or has a key that is not str or a value
-            that is not bool, int or str (Triton's texts); the request then fails with INTERNAL / 500.
+        TritonModelException: an output tensor that is None ("Output tensor for inference response
+            should not be empty."); ``parameters`` that is not a dict, or has a key that is not str or a
+            value that is not bool, int or str (Triton's texts); the request then fails with INTERNAL / 500.
+        TypeError: ``output_tensors`` that is not a list of tensors (None included) or an ``error`` that
+            is not a ``TritonError`` (pybind11's text, as Triton's binding).
     """
 
-    def __init__(self, output_tensors: Sequence[Tensor] | None = None, error: TritonError | None = None,
+    def __init__(self, output_tensors: Sequence[Tensor] = (), error: TritonError | None = None,
                  parameters: dict[str, bool | int | str] | None = None) -> None:
-        self._outputs = list(output_tensors or [])
+        if not tensor_list(output_tensors) or not (error is None or isinstance(error, TritonError)):
+            raise binding_type_error("__init__", "c_python_backend_utils.InferenceResponse(output_tensors: "
+                                     "List[c_python_backend_utils.Tensor] = [], error: c_python_backend_utils."
+                                     "TritonError = None)", (output_tensors, error))
+        if any(tensor is None for tensor in output_tensors):
+            raise TritonModelException("Output tensor for inference response should not be empty.")
+        self._outputs = list(output_tensors)
         self._error = error
         self._parameters = checked_parameters(parameters)
 
@@ -188,6 +239,13 @@ class InferenceResponse:
 
     def error(self) -> TritonError | None:
         return self._error
+
+
+def tensor_list(tensors: object) -> bool:
+    """Whether pybind11 takes ``tensors`` as a list of Triton's tensors: a sequence (not text) whose
+    items are tensors or None (None makes an empty pointer, which Triton's constructors refuse)."""
+    return (isinstance(tensors, Sequence) and not is_text(tensors)
+            and all(tensor is None or isinstance(tensor, Tensor) for tensor in tensors))
 
 
 def checked_parameters(parameters: Any) -> dict[str, bool | int | str]:
