@@ -73,6 +73,10 @@ class Execution:
         batch_size: rows (or texts) of the execution this result came from, when the dynamic
             batcher merged requests; 0 means the request's own batch size.
         parameters: the response's parameters (an ensemble's ``sequence_*``), or None.
+        names: the outputs that ``outputs`` holds, in the requested order, when the model made only
+            some of those requested: the others are left out of the response, as Triton leaves them
+            out (python_backend's ``InferResponse::PruneOutputTensors``, an ensemble output no step
+            made); None: one array per requested output.
     """
 
     outputs: list[np.ndarray]
@@ -82,6 +86,7 @@ class Execution:
     executions: int = 1
     batch_size: int = 0
     parameters: dict[str, Parameter] | None = None
+    names: Sequence[str] | None = None
 
 
 @dataclass(slots=True, eq=False)

@@ -1,6 +1,6 @@
 """Between the codec's objects and the generated protobuf classes, through the wire format (exact by
-construction): for callers that build or read ``grpc_service_pb2`` messages (ensemble steps, text
-models, tests). Each crossing copies the tensor data once, as the generated classes do."""
+construction): for callers that build or read ``grpc_service_pb2`` messages (text models and other in-process
+callers, tests). Each crossing copies the tensor data once, as the generated classes do."""
 
 from __future__ import annotations
 

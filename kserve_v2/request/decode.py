@@ -51,6 +51,14 @@ class DecodedRequest:
         if not self.output_names:
             self.output_names = tuple(t.name for t in self.outputs)
 
+    def keeping(self, names: Sequence[str]) -> DecodedRequest:
+        """The request as answered with only the outputs ``names`` (a subset of ``output_names``, in
+        their order): the outputs its model did not make are left out (``Execution.names``)."""
+        kept = set(names)
+        return DecodedRequest(self.feeds, [t for t in self.outputs if t.name in kept], self.batch_size, self.parameters,
+                              {k: v for k, v in self.output_memory.items() if k in kept}, tuple(names),
+                              {k: v for k, v in self.classes.items() if k in kept})
+
 
 def decode_request(request: InferRequest, spec: ModelSpec, memory: RequestRegions | None = None) -> DecodedRequest:
     """Validate a request against the model and decode its tensors (numeric raw entries stay in the

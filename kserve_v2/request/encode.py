@@ -15,7 +15,6 @@ from dataclasses import replace
 
 import numpy as np
 
-from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.backend import Parameter
 from kserve_v2.codec.messages import Buffer, InferRequest, InferResponse, OutputTensor, parameter
 from kserve_v2.codec.responses import encode_head
@@ -26,13 +25,6 @@ from kserve_v2.protocol.tensors import as_buffer
 from kserve_v2.request import classification
 from kserve_v2.request.decode import DecodedRequest
 from kserve_v2.request.shared_memory import RegionRange
-
-
-def set_parameter(target: pb.InferParameter, value: Parameter) -> None:
-    """Write a parameter value into its ``InferParameter`` field: bool, int64 (uint64 above
-    int64's range), double or string."""
-    given = parameter(value)
-    setattr(target, str(given.choice), given.value)
 
 
 def encode_response(request: InferRequest, spec: ModelSpec, version: int, decoded: DecodedRequest,

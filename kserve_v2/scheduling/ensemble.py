@@ -25,20 +25,21 @@ same decoupled step's responses, or from none (``plan``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend.decoupled import Streamed
+from kserve_v2.backend.local_calls import Infer
 from kserve_v2.codec.messages import InferRequest
 from kserve_v2.protocol import datatypes
 from kserve_v2.protocol.datatypes import DType
 from kserve_v2.protocol.model_spec import ModelSpec, TensorSpec
 
 PLATFORM = "ensemble"
-# the one inference call of the server: a request in, its response out
-StepRunner = Callable[[pb.ModelInferRequest], Awaitable[pb.ModelInferResponse]]
+# the one inference call of the server, as business logic scripting calls it: the codec's request in,
+# its response (and report) out
+StepRunner = Infer
 # the server's stream call: a request in, each of its responses out, the last one final
 StepStreamer = Callable[[InferRequest], AsyncGenerator[Streamed, None]]
 # (model name, version or -1 for the newest) -> the READY version's interface, or None

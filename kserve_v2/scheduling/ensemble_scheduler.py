@@ -1,10 +1,13 @@
 """Triton's ensemble scheduler (``ensemble_scheduler.cc``): an ensemble version's ``Scheduler``.
 
 A request runs only the steps its requested outputs need (``ensemble.needed_steps``), each as
-soon as its inputs are ready, steps whose inputs are ready concurrently. Each step is a new
-``ModelInferRequest`` (carrying the ensemble request's parameters) sent through the server's one
-inference call (``InferenceService.model_infer``), so batching, statistics, metrics and tracing
-see it like any request; a tensor passed between a model without batching and one with batching
+soon as its inputs are ready, steps whose inputs are ready concurrently. Each step is a new request
+(carrying the ensemble request's parameters, asking for every output the step maps) sent through
+the server's one inference call as business logic scripting sends its requests
+(``InferenceService.model_infer_reported``, ``kserve_v2.backend.local_calls``), with the wire codec's
+request and response objects: the tensors pass as read-only views of the arrays that made them,
+never serialized. So the step model's scheduler (its dynamic batcher and queue delay), statistics,
+metrics and tracing see it like any request; a tensor passed between a model without batching and one with batching
 gains or loses a batch dim of 1 (``ensemble.reshape_between``). The response carries
 ``sequence_id``, ``sequence_start`` and ``sequence_end`` from the request. An optional ensemble
 input that the request omits, and a step output that its model did not produce, are empty: a step
@@ -37,15 +40,13 @@ from contextlib import aclosing
 
 import numpy as np
 
-from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext, ResponseStream
 from kserve_v2.backend.decoupled import Streamed
-from kserve_v2.codec.generated import request_from_message, response_to_message
-from kserve_v2.protocol.errors import InternalError
+from kserve_v2.codec.messages import (Buffer, InferParameter, InferRequest, InferResponse, InputTensor, RequestedOutput,
+                                      RequestHeader, parameter)
 from kserve_v2.protocol.model_spec import MAX_MEMO
-from kserve_v2.protocol.tensors import from_raw, to_raw
-from kserve_v2.request.encode import set_parameter
+from kserve_v2.protocol.tensors import as_buffer, from_raw
 from kserve_v2.scheduling.base import Feeds, Outcome
 from kserve_v2.scheduling.ensemble import Step, StepRunner, StepStreamer, decoupled, needed_steps, reshape_between
 
@@ -84,10 +85,11 @@ class EnsembleScheduler:
         their own, sent in this request's task: they have its callers (``kserve_v2.backend.local_calls``).
 
         A decoupled ensemble (one with a decoupled step) sends its responses to ``context.responses``
-        (see the module docstring); its execution then has no outputs.
+        (see the module docstring); its execution then has no outputs. A requested output that its
+        step's model did not produce is left out of the response (``Execution.names``), as Triton's
+        ensemble scheduler leaves it out.
 
         Raises:
-            InternalError: a requested output that its step's model did not produce -> INTERNAL.
             Whatever a step's inference call raises (its model's error, with its status): a step
             model's required input left empty is that model's INVALID_ARGUMENT. A decoupled step's
             error response, with its status.
@@ -99,7 +101,7 @@ class EnsembleScheduler:
         for name in self._optional:
             tensors.setdefault(name, (None, batch))  # omitted: empty
         key = frozenset(output_names)
-        pending = self._needed.get(key)
+        pending: Sequence[Step] | None = self._needed.get(key)
         if pending is None:
             if len(self._needed) >= MAX_MEMO:
                 self._needed.clear()
@@ -107,28 +109,29 @@ class EnsembleScheduler:
         response = {"sequence_id": parameters.get("sequence_id", 0),  # Triton's ensemble answers with these
                     "sequence_start": bool(parameters.get("sequence_start", False)),
                     "sequence_end": bool(parameters.get("sequence_end", False))}
+        step_parameters = {key: parameter(value) for key, value in parameters.items()}  # shared by its steps
         if self._decoupled and context.responses is not None:
-            await self._stream(tensors, pending, output_names, parameters, batch, context.responses, response)
+            await self._stream(tensors, pending, output_names, step_parameters, batch, context.responses, response)
             return Execution([], parameters=response), 0, time.perf_counter_ns() - started
         while pending:
             ready = [s for s in pending if all(b.ensemble_tensor in tensors for b in s.inputs)]
             # every step input is an ensemble input or a step's output (ensemble.check_config), and
             # every ensemble input and step output is in ``tensors``, empty or not, once its step ran
             assert ready, f"ensemble '{self._name}': no step can run"
-            for produced in await asyncio.gather(*(self._step(s, tensors, parameters) for s in ready)):
-                tensors.update(produced)
-            pending = tuple(s for s in pending if s not in ready)
-        outputs = []
+            await self._run_steps(ready, tensors, step_parameters)
+            pending = _without(pending, ready)
+        outputs, made = [], []
         for name in output_names:
             array, produced_by = tensors[name]
-            if array is None:
-                raise InternalError(f"ensemble '{self._name}': output '{name}' was not produced by its step's model")
-            shape = reshape_between(self._output_dims[name], batch != 0, produced_by, array.shape)
-            outputs.append(array.reshape(shape))
-        return Execution(outputs, parameters=response), 0, time.perf_counter_ns() - started
+            if array is not None:  # not produced by its step's model: left out of the response (Triton)
+                made.append(name)
+                outputs.append(array.reshape(reshape_between(self._output_dims[name], batch != 0, produced_by,
+                                                             array.shape)))
+        return (Execution(outputs, parameters=response, names=None if len(made) == len(output_names) else made), 0,
+                time.perf_counter_ns() - started)
 
     async def _stream(self, tensors: Tensors, pending: Sequence[Step], output_names: Sequence[str],
-                      parameters: Mapping[str, Parameter], batch: int, responses: ResponseStream,
+                      parameters: dict[str, InferParameter], batch: int, responses: ResponseStream,
                       response_parameters: dict[str, Parameter]) -> None:
         """Run a decoupled ensemble's request, sending each response to ``responses`` as it is made and
         the final flag last (alone when no response could carry it)."""
@@ -148,7 +151,7 @@ class EnsembleScheduler:
         if not final:
             responses.send(None, final=True)
 
-    async def _flow(self, tensors: Tensors, pending: Sequence[Step], parameters: Mapping[str, Parameter],
+    async def _flow(self, tensors: Tensors, pending: Sequence[Step], parameters: dict[str, InferParameter],
                     answering: list[_Answers]) -> AsyncGenerator[Tensors, None]:
         """The ensemble tensors of each response: run the steps that can run (all but the decoupled
         ones) until only a decoupled step can, then the steps left once per response of that step;
@@ -159,21 +162,20 @@ class EnsembleScheduler:
             assert ready, f"ensemble '{self._name}': no step can run"
             once = [s for s in ready if not s.decoupled]
             if once:
-                for produced in await asyncio.gather(*(self._step(s, tensors, parameters) for s in once)):
-                    tensors.update(produced)
-                pending = [s for s in pending if s not in once]
+                await self._run_steps(once, tensors, parameters)
+                pending = _without(pending, once)
                 continue
-            step, rest = ready[0], [s for s in pending if s is not ready[0]]
+            step, rest = ready[0], _without(pending, ready[:1])
             assert self._streamer is not None
             request, batch = self._request(step, tensors, parameters)
-            answers = _Answers(self._streamer(request_from_message(request)))
+            answers = _Answers(self._streamer(request))
             answering.append(answers)
             try:
                 while (sent := await answers.next()) is not None:
                     if sent.error is not None:
                         raise sent.error
                     assert sent.response is not None
-                    made = {**tensors, **self._produced(step, response_to_message(sent.response), batch)}
+                    made = {**tensors, **self._produced(step, sent.response, batch)}
                     async with aclosing(self._flow(made, rest, parameters, answering)) as results:
                         async for result in results:
                             yield result
@@ -183,20 +185,28 @@ class EnsembleScheduler:
             return
         yield tensors
 
-    async def _step(self, step: Step, tensors: Tensors, parameters: Mapping[str, Parameter]) -> Tensors:
+    async def _run_steps(self, steps: Sequence[Step], tensors: Tensors, parameters: dict[str, InferParameter]) -> None:
+        """Run ``steps`` concurrently (one alone: in this task), adding what they produce to ``tensors``."""
+        if len(steps) == 1:
+            tensors.update(await self._step(steps[0], tensors, parameters))
+            return
+        for produced in await asyncio.gather(*(self._step(s, tensors, parameters) for s in steps)):
+            tensors.update(produced)
+
+    async def _step(self, step: Step, tensors: Tensors, parameters: dict[str, InferParameter]) -> Tensors:
         """Run one step: its ensemble tensors, each with the batch size of the request that made it,
         leaving out the empty ones; the outputs its model did not produce come back empty."""
         request, batch = self._request(step, tensors, parameters)
-        return self._produced(step, await self._runner(request), batch)
+        response, _ = await self._runner(request)
+        return self._produced(step, response, batch)
 
     @staticmethod
-    def _request(step: Step, tensors: Tensors, parameters: Mapping[str, Parameter]) -> tuple[pb.ModelInferRequest, int]:
-        """A step's request (its ensemble tensors, each with the batch size of the request that made it,
-        leaving out the empty ones) and the batch size of its outputs."""
-        request = pb.ModelInferRequest(model_name=step.model_name,
-                                       model_version=str(step.model_version) if step.model_version > 0 else "")
-        for key, value in parameters.items():
-            set_parameter(request.parameters[key], value)
+    def _request(step: Step, tensors: Tensors, parameters: dict[str, InferParameter]) -> tuple[InferRequest, int]:
+        """A step's request (its ensemble tensors as read-only views, each with the batch size of the
+        request that made it, leaving out the empty ones; ``parameters`` shared, read-only) and the
+        batch size of its outputs."""
+        inputs: list[InputTensor] = []
+        raw: list[Buffer] = []
         batch = 0
         for binding in step.inputs:
             array, produced_by = tensors[binding.ensemble_tensor]
@@ -205,20 +215,24 @@ class EnsembleScheduler:
             shape = reshape_between(binding.dims, step.batching, produced_by, array.shape)
             if step.batching and not batch and shape:
                 batch = shape[0]
-            request.inputs.add(name=binding.model_tensor, datatype=binding.dtype.v2, shape=shape)
-            request.raw_input_contents.append(to_raw(array, binding.dtype))
-        for binding in step.outputs:
-            request.outputs.add(name=binding.model_tensor)
-        return request, batch
+            inputs.append(InputTensor(binding.model_tensor, binding.dtype.v2, shape))
+            data = as_buffer(array, binding.dtype)  # a view where it can be: the step's model must not write to it
+            raw.append(data.toreadonly() if isinstance(data, memoryview) else data)
+        version = str(step.model_version) if step.model_version > 0 else ""
+        header = RequestHeader(step.model_name, version, parameters, inputs,
+                               [RequestedOutput(b.model_tensor) for b in step.outputs])
+        return InferRequest(header, "", raw), batch
 
     @staticmethod
-    def _produced(step: Step, response: pb.ModelInferResponse, batch: int) -> Tensors:
-        """A step's response as ensemble tensors: the outputs its model did not produce are empty."""
+    def _produced(step: Step, response: InferResponse, batch: int) -> Tensors:
+        """A step's response as ensemble tensors (read-only views of its raw contents): the outputs its
+        model did not produce are empty."""
         by_name = {b.model_tensor: b for b in step.outputs}
         produced: Tensors = {b.ensemble_tensor: (None, batch) for b in step.outputs}
         for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=True):
             binding = by_name[tensor.name]
-            array = from_raw(raw, binding.dtype, list(tensor.shape), f"output '{tensor.name}' of model '{step.model_name}'")
+            data = raw.toreadonly() if isinstance(raw, memoryview) else raw
+            array = from_raw(data, binding.dtype, tensor.shape, f"output '{tensor.name}' of model '{step.model_name}'")
             produced[binding.ensemble_tensor] = (array, batch)
         return produced
 
@@ -227,6 +241,12 @@ class EnsembleScheduler:
 
     def close(self) -> None:
         """Nothing to release: an ensemble has no backend."""
+
+
+def _without(steps: Sequence[Step], ran: Sequence[Step]) -> list[Step]:
+    """``steps`` but those in ``ran`` (by index: comparing the steps' fields would cost more)."""
+    done = {s.index for s in ran}
+    return [s for s in steps if s.index not in done]
 
 
 class _Answers:

@@ -25,7 +25,7 @@ from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import RequestContext
 from kserve_v2.backend.decoupled import ResponseStream, Streamed
 from kserve_v2.backend.local_calls import CALLERS, LocalCalls, check_callers
-from kserve_v2.codec.generated import request_from_message, response_to_message
+from kserve_v2.codec.generated import request_from_message
 from kserve_v2.codec.messages import InferRequest, InferResponse
 from kserve_v2.models.lifecycle import ModelLifecycle
 from kserve_v2.models.version import ModelVersion
@@ -115,7 +115,7 @@ class InferenceService:
         self.extensions = extensions(manager, control_mode, shared_memory, self._tracing.settings,
                                      logs or LogSettings(0))
         self.text = TextModels(manager, self.run_version)
-        manager.step_runner = self.model_infer  # ensemble steps go through the one inference call
+        manager.step_runner = self.model_infer_reported  # ensemble steps go through the one inference call
         manager.step_streamer = self.model_stream  # a decoupled step through the stream call
         self.calls = LocalCalls(self.model_infer_reported, self.model_stream,  # and so do the requests model code sends
                                 self.extensions.repository_model_load, self.extensions.repository_model_unload,
@@ -198,12 +198,6 @@ class InferenceService:
         return pb.ModelStatisticsResponse(model_stats=[m.stats.to_pb(m.name, m.version) for m in models])
 
     # ---- inference -----------------------------------------------------------------------
-
-    async def model_infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
-        """Run one inference request given and answered as generated protobuf messages (ensemble
-        steps; see ``model_infer_reported``)."""
-        response, _ = await self.model_infer_reported(request)
-        return response_to_message(response)
 
     async def model_infer_reported(self, request: InferRequest | pb.ModelInferRequest,
                                    carrier: Mapping[str, str] | None = None, api: str = V2_API,
@@ -328,6 +322,8 @@ class InferenceService:
                     raise InternalError(f"{model.config.backend} execution failed for model '{model.name}': {err}") from err
                 ran_at = time.perf_counter_ns()
                 decoded.feeds.clear()  # the inputs' decoded copies are not needed to encode: free them first
+                if execution.names is not None:  # outputs its model did not make are left out (Triton)
+                    decoded, lookup = decoded.keeping(execution.names), None  # and the partial answer is not cached
                 arrays: list[np.ndarray]
                 if responses is not None and responses.taken:  # its responses went to the stream
                     response, arrays = InferResponse(model.name, str(model.version), request.id), []

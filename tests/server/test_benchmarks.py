@@ -164,3 +164,16 @@ def test_warmup_harness_prints_its_table() -> None:
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith(("| without", "| with model"))]
     assert len(rows) == 2 and all(float(row.split("|")[4]) > 0 for row in rows), done.stdout
+
+
+def test_ensemble_steps_harness_prints_its_table() -> None:
+    """benchmarks/ensemble_steps.py --smoke: a row per tensor size with the identity model's CPU per request,
+    the chained ensemble's, and what each step costs."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ensemble_steps.py"), "--smoke"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in done.stdout.splitlines()
+            if line.startswith("| this checkout")]
+    assert [row[1] for row in rows] == ["16 floats", "1 MiB"], done.stdout
+    for _, _, direct, chain, per_step, _ in rows:
+        assert float(direct.split(" (")[0]) > 0 and float(chain.split(" (")[0]) > 0 and float(per_step.split(" (")[0]) > 0

@@ -4,7 +4,6 @@ ensemble and its steps, batching of steps, readiness, unload_dependents, and loa
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,8 @@ import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
-from helpers import add_model, make_model, start_server
+from helpers import add_model, make_model, metrics_text, start_server
+from pbtxt import ensemble_step
 
 A = np.linspace(-3, 3, 32, dtype=np.float32).reshape(2, 16)
 B = np.full((2, 16), 1.4, np.float32)
@@ -55,8 +55,7 @@ def test_example_ensemble_output_and_statistics(example_server) -> None:
     for model in before:  # the ensemble and each step: 3 rows in 2 successful requests
         assert after[model][0] - before[model][0] == 3, model
         assert after[model][1] - before[model][1] == 2, model
-    with urllib.request.urlopen(f"http://127.0.0.1:{example_server.metrics_port}/metrics", timeout=10) as reply:
-        metrics = reply.read().decode()
+    metrics = metrics_text(example_server.metrics_port)
     for model in before:  # Triton's metrics see the steps too
         assert f'nv_inference_request_success{{model="{model}",version="1"}}' in metrics, model
 
@@ -75,16 +74,11 @@ def _ensemble(repository: Path, name: str, steps: list[tuple[str, dict[str, str]
     def tensors(names: tuple[str, ...]) -> str:
         return ", ".join(f'{{ name: "{n}" data_type: {datatype} dims: [ 4 ] }}' for n in names)
 
-    def step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> str:
-        maps = [f'input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items()]
-        maps += [f'output_map {{ key: "{k}" value: "{v}" }}' for k, v in outputs.items()]
-        return f'{{ model_name: "{model}" model_version: -1 {" ".join(maps)} }}'
-
     folder = repository / name
     (folder / "1").mkdir(parents=True)
     (folder / "config.pbtxt").write_text(
         f'platform: "ensemble"\nmax_batch_size: 8\ninput [ {tensors(inputs)} ]\noutput [ {tensors(outputs)} ]\n'
-        f'ensemble_scheduling {{ step [ {", ".join(step(*s) for s in steps)} ] }}\n')
+        f'ensemble_scheduling {{ step [ {", ".join(ensemble_step(*s) for s in steps)} ] }}\n')
 
 
 @pytest.fixture(scope="module")

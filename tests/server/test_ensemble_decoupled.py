@@ -21,6 +21,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from helpers import Server, add_python_model, pending, start_server, wait_pending, wait_until
+from pbtxt import ensemble_step
 from stream_client import StreamReader
 
 # three responses (parameter count) OUT = IN * 10 + i, then the final flag alone; parameters: delay_ms between
@@ -81,17 +82,12 @@ ONE = 'data_type: TYPE_INT32 dims: [ 1 ]'
 
 def _ensemble(repository, name: str, steps: list[tuple[str, dict[str, str], dict[str, str]]],
               outputs: tuple[str, ...] = ("OUT",)) -> None:
-    def step(model: str, inputs: dict[str, str], mapped: dict[str, str]) -> str:
-        maps = [f'input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items()]
-        maps += [f'output_map {{ key: "{k}" value: "{v}" }}' for k, v in mapped.items()]
-        return f'{{ model_name: "{model}" model_version: -1 {" ".join(maps)} }}'
-
     folder = repository / name
     (folder / "1").mkdir(parents=True)
     declared = ", ".join(f'{{ name: "{o}" {ONE} }}' for o in outputs)
     (folder / "config.pbtxt").write_text(
         f'platform: "ensemble"\nmax_batch_size: 0\ninput [ {{ name: "IN" {ONE} }} ]\noutput [ {declared} ]\n'
-        f'ensemble_scheduling {{ step [ {", ".join(step(*s) for s in steps)} ] }}\n')
+        f'ensemble_scheduling {{ step [ {", ".join(ensemble_step(*s) for s in steps)} ] }}\n')
 
 
 @pytest.fixture(scope="module")

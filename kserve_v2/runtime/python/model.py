@@ -266,11 +266,10 @@ class PythonModel:
         if error is not None:
             return error.as_server_error()
         outputs = self.outputs_of(response)
-        missing = [name for name in output_names if name not in outputs]
-        if missing:
-            return InternalError(f"python model '{self.name}' gave no output {missing[0]!r}, which the request asks for")
-        return Execution([outputs[name] for name in output_names], executions=int(first),
-                         parameters=dict(response.parameter_values()) or None)
+        made = [name for name in output_names if name in outputs]  # the others are left out (Triton's pruning)
+        return Execution([outputs[name] for name in made], executions=int(first),
+                         parameters=dict(response.parameter_values()) or None,
+                         names=None if len(made) == len(output_names) else made)
 
     def _loop(self, instance_name: str) -> asyncio.AbstractEventLoop:
         """The instance's event loop for ``async def execute``, started on its own daemon thread."""
@@ -478,8 +477,10 @@ class PythonBatching:
 
     def key(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
             parameters: Mapping[str, Parameter]) -> Hashable:
-        """Requests asking for the same outputs share an ``execute`` (each has its own parameters)."""
-        return tuple(output_names)
+        """Requests asking for the same outputs with the same inputs present share an ``execute`` (each
+        has its own parameters): a model with optional inputs never sees one batch mix requests that
+        carry different inputs, as Triton's ``RequiredEqualInputs`` (core ``src/scheduler_utils.cc``)."""
+        return tuple(output_names), tuple(sorted(feeds))
 
     def execute_batch(self, members: list[dict[str, np.ndarray]], output_names: Sequence[str],
                       parameters: Mapping[str, Parameter], contexts: Sequence[RequestContext] = ()

@@ -10,6 +10,7 @@ from google.protobuf import text_format
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.protocol.model_spec import ModelSpec
 from kserve_v2.scheduling.ensemble import EnsembleError, check_config, decoupled, plan
+from tests.pbtxt import ensemble_step
 
 ONE = "data_type: TYPE_INT32 dims: [ 1 ]"
 # "repeat" is decoupled (IN -> OUT, IDX), "plus" is not (X, optional Z -> Y)
@@ -25,15 +26,10 @@ SPECS = {
 
 def _config(name: str, steps: list[tuple[str, dict[str, str], dict[str, str]]], outputs: tuple[str, ...] = ("OUT",)
             ) -> mc.ModelConfig:
-    def step(model: str, inputs: dict[str, str], mapped: dict[str, str]) -> str:
-        maps = [f'input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items()]
-        maps += [f'output_map {{ key: "{k}" value: "{v}" }}' for k, v in mapped.items()]
-        return f'{{ model_name: "{model}" model_version: -1 {" ".join(maps)} }}'
-
     declared = ", ".join(f'{{ name: "{o}" {ONE} }}' for o in outputs)
     config = text_format.Parse(
         f'name: "{name}" platform: "ensemble" input [ {{ name: "IN" {ONE} }} ] output [ {declared} ] '
-        f'ensemble_scheduling {{ step [ {", ".join(step(*s) for s in steps)} ] }}', mc.ModelConfig())
+        f'ensemble_scheduling {{ step [ {", ".join(ensemble_step(*s) for s in steps)} ] }}', mc.ModelConfig())
     check_config(config)
     return config
 

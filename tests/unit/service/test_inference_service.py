@@ -23,38 +23,15 @@ from kserve_v2.repository.records import ModelRecords
 from kserve_v2.scheduling.base import DirectScheduler
 from kserve_v2.scheduling.instances import InstancePool
 from kserve_v2.service.inference_service import InferenceService, ServerState, failure_code
+from tests.unit.fakes import Doubling
 
 TENSOR_MODEL = ('name: "double" max_batch_size: 8 input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [2] }] '
                 'output [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [2] }] instance_group [{ count: 1 }]')
 
 
-class Backend:
-    """An executable of our own backend protocol: OUTPUT0 = 2 * INPUT0, or what ``behaviour`` does."""
-
-    inputs: tuple = ()
-    outputs: tuple = ()
-    on_cuda = False
-    batchable = True
-    threaded = False
-    batching = None
-    text: TextContract | None = None
-
-    def __init__(self, behaviour=None) -> None:
-        self.behaviour = behaviour
-
-    def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                parameters: Mapping[str, Parameter], context: object = None) -> Execution:
-        if self.behaviour is not None:
-            return self.behaviour(feeds, output_names)
-        return Execution([feeds["INPUT0"] * 2])
-
-    def close(self) -> None:
-        pass
-
-
-def version(config_text: str, number: int = 1, backend: Backend | None = None) -> ModelVersion:
+def version(config_text: str, number: int = 1, backend: Doubling | None = None) -> ModelVersion:
     config = text_format.Parse(config_text, mc.ModelConfig())
-    executable = backend or Backend()
+    executable = backend or Doubling()
     pool = InstancePool(config.name, number, 1, executable)
     return ModelVersion(config.name, number, config, DirectScheduler(pool), text=executable.text)
 
@@ -162,11 +139,11 @@ def test_a_failing_backend_is_internal_and_counted_as_a_backend_failure() -> Non
     def broken(feeds: dict[str, np.ndarray], names: Sequence[str]) -> Execution:
         raise RuntimeError("the graph broke")
 
-    model = version(TENSOR_MODEL, backend=Backend(broken))
+    model = version(TENSOR_MODEL, backend=Doubling(broken))
     inference, registry = service(Lifecycle(model))
     try:
         with pytest.raises(InternalError, match="execution failed for model 'double': the graph broke"):
-            asyncio.run(inference.model_infer(infer_request()))
+            asyncio.run(inference.model_infer_reported(infer_request()))
     finally:
         model.close()
     assert failures(registry, "BACKEND") == 1 and failures(registry, "CANCELED") is None
@@ -180,11 +157,11 @@ def test_only_a_cancelled_request_counts_as_cancelled() -> None:
         release.wait(10)
         return Execution([feeds["INPUT0"]])
 
-    model = version(TENSOR_MODEL, backend=Backend(slow))
+    model = version(TENSOR_MODEL, backend=Doubling(slow))
     inference, registry = service(Lifecycle(model))
 
     async def cancel_one() -> None:
-        task = asyncio.ensure_future(inference.model_infer(infer_request()))
+        task = asyncio.ensure_future(inference.model_infer_reported(infer_request()))
         await asyncio.to_thread(started.wait, 10)  # running on the instance thread
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -209,7 +186,7 @@ def text_model(number: int) -> ModelVersion:
     """Version ``number`` of a text model whose output is named after the version (``v1``, ``v2``)."""
     output = f"v{number}"
 
-    class Counting(Backend):
+    class Counting(Doubling):
         text = TextContract((TextInput(InputKind.TEXT),), (TextOutput(OutputKind.SCORE, "float32", 0, output),), 8)
 
         def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
