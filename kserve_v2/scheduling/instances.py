@@ -14,6 +14,7 @@ execution runs on a thread, once an instance and the resources its group lists a
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +27,8 @@ from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Executable
 from kserve_v2.backend.cancellation import Cancellation, running
 from kserve_v2.backend.host import RateLimiting
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 # Work measured under this (moving average of its thread CPU time, ns) with inputs under INLINE_BYTES runs on the loop.
@@ -42,7 +45,8 @@ class InstancePool:
         count: instances, the instance group count (>= 1): executions that may run at once.
         executable: what the backend opened.
         groups: the completed instance groups, registered with ``limiter``.
-        limiter: the server's rate limiter (``BackendHost.rate_limiter``); None: rate limiting is off.
+        limiter: the server's rate limiter (``BackendHost.rate_limiter``); None: rate limiting is off,
+            and a group's ``rate_limiter`` is ignored as Triton ignores it, with one warning naming it.
 
     Raises:
         RateLimitError: the groups' ``rate_limiter`` resources cannot be granted (the version's
@@ -52,6 +56,10 @@ class InstancePool:
     def __init__(self, name: str, version: int, count: int, executable: Executable,
                  groups: Sequence[mc.ModelInstanceGroup] = (), limiter: RateLimiting | None = None) -> None:
         self._limited = limiter.register(groups) if limiter is not None and groups else None
+        if limiter is None and any(group.HasField("rate_limiter") for group in groups):
+            log.warning("model '%s' version %d: config field 'instance_group.rate_limiter' has no effect with "
+                        "--rate-limit off (the default, as in Triton); start the server with --rate-limit "
+                        "execution_count to honour it", name, version)
         self.count = count
         self.executable = executable
         self._running = 0  # executions in progress (inline or on a thread)

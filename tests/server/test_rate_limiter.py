@@ -81,10 +81,14 @@ def test_a_shared_resource_keeps_two_models_apart(tmp_path: Path, mode: str) -> 
     finally:
         assert server.stop() == 0
     assert len(executions["first"]) == len(executions["second"]) == 3
+    ignored = [line for line in server.log().splitlines() if "config field 'instance_group.rate_limiter' has no effect "
+               "with --rate-limit off" in line]
     if mode == "execution_count":
         assert _overlaps(executions["first"], executions["second"]) == 0, executions
-    else:  # Triton's default: the rate_limiter settings are ignored and both models run at once
+        assert ignored == []
+    else:  # Triton's default: the rate_limiter settings are ignored and both models run at once, but not in silence
         assert _overlaps(executions["first"], executions["second"]) > 0, executions
+        assert len(ignored) == 2 and "WARNING" in ignored[0], ignored  # one per model
 
 
 def test_resource_flags_refuse_what_cannot_be_scheduled(tmp_path: Path) -> None:
