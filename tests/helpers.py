@@ -1,4 +1,6 @@
-"""Test helpers: a real server subprocess and ONNX models built with onnx.helper.
+"""Test helpers: a real server subprocess and ONNX models built with onnx.helper, and the one way the
+tests talk HTTP to it (``http_request`` / ``http_json`` on httpx, ``metrics_text`` / ``scrape``), wait
+for an event (``wait_until``) and find a free port (``free_port``).
 
 Tests import tritonclient; the server's own generated ``inference.*`` modules live only in the
 server process (both register the same protobuf symbols).
@@ -8,19 +10,21 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
-import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import httpx
 import ml_dtypes
 import numpy as np
 import onnx
@@ -204,6 +208,19 @@ def start_server(repository: Path, log_dir: Path, *args: str, timeout: float = 6
     raise RuntimeError(f"server did not start in {timeout} s:\n{log_path.read_text()}")
 
 
+def client_for(module: Any, server: Server) -> Any:
+    """A tritonclient ``InferenceServerClient`` of ``module`` (``tritonclient.grpc`` or ``tritonclient.http``)
+    for the server's matching port."""
+    return module.InferenceServerClient(server.url if module.__name__.endswith("grpc") else server.http_url)
+
+
+def infer_input(module: Any, name: str, values: np.ndarray, datatype: str) -> Any:
+    """``module.InferInput`` ``name`` holding ``values`` (its shape) as ``datatype``."""
+    tensor = module.InferInput(name, list(values.shape), datatype)
+    tensor.set_data_from_numpy(values)
+    return tensor
+
+
 def make_model(nodes: list, inputs: list[tuple[str, int, list]], outputs: list[tuple[str, int, list]]) -> onnx.ModelProto:
     """An ONNX model (opset 21) from nodes and (name, TensorProto type, shape) value infos."""
     graph = helper.make_graph(
@@ -368,16 +385,60 @@ def wait_until(condition: Callable[[], T], what: str, timeout: float = 60) -> T:
         time.sleep(0.02)
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a process that cannot be given port 0)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_request(target: Server | int, path: str, *, body: object = None, content: bytes | None = None,
+                 method: str | None = None, headers: Mapping[str, str] | None = None,
+                 timeout: float = 60) -> httpx.Response:
+    """One HTTP/1.1 request on a connection of its own, to the server's HTTP port (or to ``target`` when
+    it is a port number), whatever its status.
+
+    It carries only the ``headers`` given, besides Host and Content-Length: no Accept, Accept-Encoding
+    or User-Agent of the client library's own, so the server answers what a bare client would get.
+    ``body`` is sent as JSON (with ``Content-Type: application/json`` unless ``headers`` name one),
+    ``content`` as it is; the method is POST when either is given, else GET.
+    """
+    port = target if isinstance(target, int) else target.http_port
+    sent = dict(headers or {})
+    if body is not None:
+        assert content is None, "a JSON body or raw content, not both"
+        content = json.dumps(body).encode()
+        if not any(name.lower() == "content-type" for name in sent):
+            sent["Content-Type"] = "application/json"
+    with httpx.Client(timeout=timeout, verify=False) as session:  # plain HTTP: no TLS context to build (~90 ms)
+        session.headers.clear()
+        return session.request(method or ("GET" if content is None else "POST"), f"http://127.0.0.1:{port}{path}",
+                               content=content, headers=sent)
+
+
+def http_json(target: Server | int, path: str, body: object = None, *, headers: Mapping[str, str] | None = None,
+              timeout: float = 60) -> tuple[int, Any]:
+    """(status, the reply's JSON, None when it is empty) of ``http_request``: ``body`` POSTed as JSON
+    with ``Accept: application/json``, or a GET when there is none."""
+    reply = http_request(target, path, body=body, headers={"Accept": "application/json", **(headers or {})},
+                         timeout=timeout)
+    return reply.status_code, json.loads(reply.content) if reply.content else None
+
+
+def metrics_text(port: int) -> str:
+    """``/metrics`` on ``port`` as Prometheus' text exposition format (its Content-Type checked)."""
+    reply = http_request(port, "/metrics", timeout=30)
+    assert reply.status_code == 200 and reply.headers["Content-Type"].startswith("text/plain"), reply
+    return reply.text
+
+
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 def scrape(port: int) -> Samples:
     """Every sample of ``/metrics`` on ``port`` as {(name, sorted labels): value} (prometheus-client's parser)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
-        assert reply.headers["Content-Type"].startswith("text/plain")
-        text = reply.read().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+            for family in text_string_to_metric_families(metrics_text(port)) for s in family.samples}
 
 
 def metric(samples: Samples, name: str, **labels: str) -> float:

@@ -13,7 +13,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -30,18 +29,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy_support import BIN, KSERVE, KUSTOMIZE, kustomize, kustomize_with_component, load, one, with_repository
-from helpers import EXAMPLES, ROOT, add_model, matmul_model, wait_admitted
+from helpers import EXAMPLES, ROOT, add_model, free_port, matmul_model, wait_admitted
 
 SIZE = 1024
 SLOW_CONFIG = (f'max_batch_size: 0\ninput [{{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1, {SIZE}] }}]\n'
                'instance_group [{ kind: KIND_CPU count: 1 }]\n'
                'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }')
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Pod:
@@ -50,7 +43,7 @@ class Pod:
     def __init__(self, container: dict[str, Any], repository: Path, log: Path) -> None:
         self.container = container
         declared = {int(a.split("=")[1]) for a in container["args"] if a.split("=")[0].endswith("-port")}
-        self.ports = {port: _free_port() for port in declared}
+        self.ports = {port: free_port() for port in declared}
         self.names = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
         args = [self._move_port(a) for a in with_repository(container["args"], repository)]
         command = [str(BIN / c) if c == "kserve-v2" else c for c in container.get("command", ["kserve-v2"])]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -14,7 +12,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from onnx import TensorProto, helper
 
-from helpers import (add_model, identity_model, make_model, pending, start_server, timed_matmul_model, wait_pending,
+from helpers import (add_model, http_request, identity_model, make_model, pending, start_server, timed_matmul_model, wait_pending,
                      wait_until)
 
 SLOW = 1024  # the width of the slow models: a batch of BLOCKING rows runs for about 0.7 s on any host
@@ -150,12 +148,8 @@ def test_a_full_queue_is_503_with_retry_after_over_http(batching_server) -> None
 
     async def flood(_):
         def post() -> tuple[int, str | None]:
-            request = urllib.request.Request(f"http://{batching_server.http_url}/v2/models/bounded/infer", data=body)
-            try:
-                with urllib.request.urlopen(request, timeout=60) as reply:
-                    return reply.status, None
-            except urllib.error.HTTPError as err:
-                return err.code, err.headers.get("Retry-After")
+            reply = http_request(batching_server, "/v2/models/bounded/infer", content=body)
+            return reply.status_code, None if reply.is_success else reply.headers.get("Retry-After")
         with ThreadPoolExecutor(12) as pool:  # all twelve at once
             return await asyncio.gather(*[asyncio.get_running_loop().run_in_executor(pool, post) for _ in range(12)])
 

@@ -5,9 +5,6 @@ and for an ensemble; bad parameters get Triton's texts; ServerMetadata lists the
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +17,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from helpers import Server, add_model, make_model, start_server
+from helpers import Server, add_model, http_json, make_model, start_server
 
 SCORES = np.array([[0.1, 0.9, 0.5, 0.3, 0.7], [5.0, 4.0, 3.0, 2.0, 1.0]], np.float32)
 # line 3 is empty and there is no line 5: those indices have no label
@@ -157,11 +154,9 @@ def test_bad_classification_requests_get_tritons_text(server: Server, transport:
         return
     body = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2, 5], "data": SCORES.reshape(-1).tolist()}],
             "outputs": [{"name": "OUTPUT0", "parameters": {"classification": 0}}]}
-    request = urllib.request.Request(f"http://{server.http_url}/v2/models/scores/infer", data=json.dumps(body).encode())
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(request, timeout=30)
-    assert refused.value.code == 400
-    assert json.loads(refused.value.read()) == {"error": "invalid value for 'classification' parameter, expected >= 0"}
+    status, answer = http_json(server, "/v2/models/scores/infer", body, timeout=30)
+    assert status == 400
+    assert answer == {"error": "invalid value for 'classification' parameter, expected >= 0"}
 
 
 def test_server_metadata_lists_classification_and_a_missing_label_file_fails_the_load(server: Server) -> None:

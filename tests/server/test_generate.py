@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from helpers import Server, add_python_model, start_server, wait_until
+from helpers import Server, add_python_model, http_request, start_server, wait_until
 
 # our own mock with mock_llm's interface: PROMPT echoed as TEXT, REPETITION times (STREAM true) or once;
 # parameters DELAY (s between responses), FAIL_LAST (an error response last), OUTPUT_0_DIM (an empty TEXT)
@@ -70,8 +70,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def _post(server: Server, route: str, body: Any, model: str = "mock_llm") -> httpx.Response:
-    content = body if isinstance(body, str) else json.dumps(body)
-    return httpx.post(f"http://{server.http_url}/v2/models/{model}/{route}", content=content, timeout=60)
+    """A generate route's reply to ``body`` as JSON, or to a ``str`` body as it is (a malformed one)."""
+    if isinstance(body, str):
+        return http_request(server, f"/v2/models/{model}/{route}", content=body.encode())
+    return http_request(server, f"/v2/models/{model}/{route}", body=body)
 
 
 def _events(response: httpx.Response) -> list[dict[str, Any]]:
@@ -174,6 +176,6 @@ def test_a_client_that_disconnects_cancels_the_stream(server: Server) -> None:
     line = wait_until(lambda: next((line for line in server.log().splitlines() if "mock_llm cancelled after" in line),
                                    None), "the model saw its request cancelled")
     assert int(line.rsplit("after ", 1)[1].split()[0]) < 1000
-    assert httpx.get(f"http://{server.http_url}/v2/health/live", timeout=10).status_code == 200
+    assert http_request(server, "/v2/health/live").status_code == 200
     again = _post(server, "generate", {"PROMPT": "still here", "STREAM": False})
     assert again.json()["TEXT"] == "still here"

@@ -70,20 +70,16 @@ def test_exit_timeout_bounds_the_drain(tmp_path) -> None:
     assert time.monotonic() - started < 15
 
 
-def test_256_mib_tensor_round_trip(tmp_path) -> None:
-    server = start_server(EXAMPLES, tmp_path)
-    try:
-        data = np.random.default_rng(0).random((1, 64 * 1024 * 1024), dtype=np.float32)
-        with grpcclient.InferenceServerClient(server.url) as client:
-            tensor = grpcclient.InferInput("INPUT0", list(data.shape), "FP32")
-            tensor.set_data_from_numpy(data)
-            out = client.infer("identity_fp32", [tensor], client_timeout=120).as_numpy("OUTPUT0")
-            assert out.shape == data.shape and np.array_equal(out, data)
-            small = grpcclient.InferInput("INPUT0", [1, 1], "FP32")
-            small.set_data_from_numpy(np.ones((1, 1), np.float32))
-            assert client.infer("identity_fp32", [small]).as_numpy("OUTPUT0")[0, 0] == 1.0
-    finally:
-        assert server.stop() == 0
+def test_256_mib_tensor_round_trip(client) -> None:
+    """On the shared example server (its fixture checks that it exits cleanly at the end)."""
+    data = np.random.default_rng(0).random((1, 64 * 1024 * 1024), dtype=np.float32)
+    tensor = grpcclient.InferInput("INPUT0", list(data.shape), "FP32")
+    tensor.set_data_from_numpy(data)
+    out = client.infer("identity_fp32", [tensor], client_timeout=120).as_numpy("OUTPUT0")
+    assert out.shape == data.shape and np.array_equal(out, data)
+    small = grpcclient.InferInput("INPUT0", [1, 1], "FP32")
+    small.set_data_from_numpy(np.ones((1, 1), np.float32))
+    assert client.infer("identity_fp32", [small]).as_numpy("OUTPUT0")[0, 0] == 1.0
 
 
 def test_not_ready_while_startup_models_load(tmp_path) -> None:

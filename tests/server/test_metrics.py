@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
@@ -14,8 +12,8 @@ from onnx import TensorProto, helper
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from tritonclient.utils import InferenceServerException
 
-from helpers import (EXAMPLES, Samples, add_model, host_gpus, make_model, matmul_model, metric, pending, scrape,
-                     start_server, wait_pending, wait_until)
+from helpers import (EXAMPLES, Samples, add_model, host_gpus, http_request, make_model, matmul_model, metric, metrics_text,
+                     pending, scrape, start_server, wait_pending, wait_until)
 
 GOOD, BAD = 7, 3
 
@@ -88,7 +86,7 @@ def test_a_loaded_version_has_its_series_at_0_before_any_request(tmp_path) -> No
                                              [("OUTPUT0", TensorProto.FLOAT, [None])]))
     server = start_server(repository, tmp_path / "logs")
     try:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
+        text = metrics_text(server.metrics_port)
     finally:
         assert server.stop() == 0
     for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER"):
@@ -102,12 +100,9 @@ def test_http_metrics_use_route_patterns_and_skip_health(server) -> None:
                                   for n in ("INPUT0", "INPUT1")]}).encode()
     before = scrape(server.metrics_port)
     for path in ("/v2/models/simple/infer", "/v2/models/simple/infer", "/v2/models/no_such_model/infer"):
-        try:
-            urllib.request.urlopen(urllib.request.Request(f"http://{server.http_url}{path}", data=body), timeout=10)
-        except urllib.error.HTTPError as err:
-            assert err.code == 404
+        assert http_request(server, path, content=body).status_code in (200, 404)
     for path in ("/v2/health/live", "/v2/health/ready", "/metrics", "/docs"):
-        urllib.request.urlopen(f"http://{server.http_url}{path}", timeout=10).read()
+        assert http_request(server, path).status_code == 200
     after = scrape(server.http_port)  # /metrics on the HTTP port too
     pattern = "/v2/models/{model}/infer"
     delta = deltas(before, after)
@@ -153,19 +148,17 @@ def lint(text: str) -> list[str]:
 
 
 def test_openmetrics_when_asked_and_promtool_clean(server) -> None:
-    urllib.request.urlopen(urllib.request.Request(f"http://{server.http_url}/v2/models/simple/infer", data=json.dumps(
-        {"inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "data": [1] * 16} for n in ("INPUT0", "INPUT1")]}
-    ).encode()), timeout=10).read()
-    request = urllib.request.Request(f"http://{server.http_url}/metrics",
-                                     headers={"Accept": "application/openmetrics-text; version=1.0.0,text/plain;q=0.5"})
-    with urllib.request.urlopen(request, timeout=10) as reply:
-        assert reply.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
-        text = reply.read().decode()
+    assert http_request(server, "/v2/models/simple/infer", body={"inputs": [
+        {"name": n, "shape": [1, 16], "datatype": "INT32", "data": [1] * 16} for n in ("INPUT0", "INPUT1")]}).status_code == 200
+    reply = http_request(server, "/metrics",
+                         headers={"Accept": "application/openmetrics-text; version=1.0.0,text/plain;q=0.5"})
+    assert reply.status_code == 200
+    assert reply.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+    text = reply.text
     families = {f.name: f for f in openmetrics_families(text)}  # prometheus-client's OpenMetrics parser
     assert families["http_requests"].type == "counter" and families["nv_inference_request_latency_seconds"].type == "histogram"
     assert text.endswith("# EOF\n") and "_created" not in text
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as reply:  # no Accept
-        plain = reply.read().decode()
+    plain = metrics_text(server.metrics_port)  # no Accept
     assert "_created" not in plain and "# EOF" not in plain
     problems = lint(plain)
     assert {p.split(":")[0] for p in problems} == TRITON_NAMES, problems
@@ -175,9 +168,7 @@ def test_metrics_can_be_turned_off(tmp_path) -> None:
     server = start_server(EXAMPLES, tmp_path, "--allow-metrics", "false")
     try:
         assert server.metrics_port == 0 and "metrics server listening" not in server.log()
-        with pytest.raises(urllib.error.HTTPError) as err:
-            urllib.request.urlopen(f"http://{server.http_url}/metrics", timeout=10)
-        assert err.value.code == 404
+        assert http_request(server, "/metrics").status_code == 404
         with grpcclient.InferenceServerClient(server.url) as client:
             client.infer("simple", _simple_inputs())  # inference is unaffected
     finally:

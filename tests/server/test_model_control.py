@@ -8,8 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import grpc
@@ -21,7 +19,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from helpers import add_model, make_model, matmul_model, start_server, timed_matmul_model, wait_admitted
+from helpers import add_model, http_request, make_model, matmul_model, start_server, timed_matmul_model, wait_admitted
 
 
 def scale_model(factor: float):
@@ -336,13 +334,7 @@ def test_memory_returns_after_load_unload_cycles(explicit) -> None:
 
 
 def _encode_status(server, name: str) -> int:
-    request = urllib.request.Request(f"http://{server.http_url}/v1/encode/{name}", data=b'{"items": [{"text": "x"}]}',
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status
-    except urllib.error.HTTPError as err:
-        return err.code
+    return http_request(server, f"/v1/encode/{name}", body={"items": [{"text": "x"}]}).status_code
 
 
 def test_an_alias_of_a_model_not_loaded_follows_its_config_file(explicit, repository: Path) -> None:

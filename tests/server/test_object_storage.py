@@ -9,7 +9,6 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
-from helpers import make_model, start_server, wait_until
+from helpers import free_port, make_model, start_server, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY_ID = "AKIAKSERVEV2TEST0001"
@@ -45,12 +44,6 @@ def infer(client: grpcclient.InferenceServerClient, model: str) -> float:
     tensor = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
     tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
     return float(client.infer(model, [tensor]).as_numpy("OUTPUT0")[0, 0])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Moto:

@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import Server, add_python_model, start_server, wait_until
+from helpers import Server, add_python_model, client_for, infer_input, start_server, wait_until
 
 # Y = X * 2 (a BLS target)
 DOUBLE = '''
@@ -313,16 +313,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     assert running.stop() == 0
 
 
-def _client(module, server: Server):
-    return module.InferenceServerClient(server.url if module is grpcclient else server.http_url)
-
-
-def _tensor(module, name: str, values: np.ndarray, datatype: str):
-    tensor = module.InferInput(name, list(values.shape), datatype)
-    tensor.set_data_from_numpy(values)
-    return tensor
-
-
 class _Stream:
     """A gRPC stream's responses (result or error) in a queue; leaving it cancels what is in flight
     (a test that fails does not wait for a model that never answers)."""
@@ -344,18 +334,18 @@ class _Stream:
 
 @pytest.mark.parametrize("module", [grpcclient, httpclient])
 def test_a_bls_model_name_given_as_bytes_names_the_model(server: Server, module) -> None:
-    with _client(module, server) as client:
-        result = client.infer("bls_bytes_name", [_tensor(module, "MODEL_NAME", np.array([b"double"], np.object_), "BYTES"),
-                                                 _tensor(module, "X", np.array([2.5], np.float32), "FP32")])
+    with client_for(module, server) as client:
+        result = client.infer("bls_bytes_name", [infer_input(module, "MODEL_NAME", np.array([b"double"], np.object_), "BYTES"),
+                                                 infer_input(module, "X", np.array([2.5], np.float32), "FP32")])
     np.testing.assert_array_equal(result.as_numpy("Y"), [5.0])
 
 
 @pytest.mark.parametrize("module", [grpcclient, httpclient])
 def test_each_triton_error_code_has_tritons_status(server: Server, module) -> None:
-    with _client(module, server) as client:
+    with client_for(module, server) as client:
         for code, (grpc_status, http_status) in enumerate(STATUSES):
             with pytest.raises(InferenceServerException) as raised:
-                client.infer("error_codes", [_tensor(module, "CODE", np.array([code], np.int32), "INT32")])
+                client.infer("error_codes", [infer_input(module, "CODE", np.array([code], np.int32), "INT32")])
             assert raised.value.message() == f"code {code}"
             expected = f"StatusCode.{grpc_status}" if module is grpcclient else str(http_status)
             assert str(raised.value.status()) == expected, (code, raised.value.status())
@@ -367,7 +357,7 @@ def test_an_output_keeps_the_datatype_the_model_made_and_an_empty_bytes_output_i
     # FP16 travels only as binary data over HTTP (Triton: "sending FP16 data via JSON is not supported")
     outputs = None if module is grpcclient else [httpclient.InferRequestedOutput(n, binary_data=binary or n == "F")
                                                   for n in "IFS"]
-    with _client(module, server) as client:
+    with client_for(module, server) as client:
         result = client.infer("other_types", [], outputs=outputs)
     described = {o["name"] if isinstance(o, dict) else o.name: o for o in
                  (result.get_response()["outputs"] if module is httpclient else result.get_response().outputs)}
@@ -387,7 +377,7 @@ def test_async_decoupled_executes_overlap_and_their_tasks_outlive_them(server: S
             began = time.monotonic()
             for index in range(4):
                 client.async_stream_infer("async_decoupled",
-                                          [_tensor(grpcclient, "WAIT", np.array([1.0], np.float32), "FP32")],
+                                          [infer_input(grpcclient, "WAIT", np.array([1.0], np.float32), "FP32")],
                                           request_id=str(index))
             got = [stream.get() for _ in range(8)]
             took = time.monotonic() - began
@@ -411,8 +401,8 @@ def test_async_decoupled_executes_overlap_and_their_tasks_outlive_them(server: S
 @pytest.mark.parametrize("module", [grpcclient, httpclient])
 def test_the_response_sender_of_a_model_answered_once(server: Server, module, mode: str, value: int | None,
                                                       error: str | None) -> None:
-    with _client(module, server) as client:
-        inputs = [_tensor(module, "MODE", np.array([mode.encode()], np.object_), "BYTES")]
+    with client_for(module, server) as client:
+        inputs = [infer_input(module, "MODE", np.array([mode.encode()], np.object_), "BYTES")]
         if error is not None:
             with pytest.raises(InferenceServerException) as raised:
                 client.infer("sender", inputs)
@@ -428,7 +418,7 @@ def test_the_response_sender_of_a_model_answered_once(server: Server, module, mo
 def test_bls_from_a_thread_of_a_decoupled_model_and_not_in_initialize(server: Server) -> None:
     with grpcclient.InferenceServerClient(server.url) as client:
         with _Stream(client) as stream:
-            client.async_stream_infer("threaded", [_tensor(grpcclient, "X", np.array([4.0], np.float32), "FP32")])
+            client.async_stream_infer("threaded", [infer_input(grpcclient, "X", np.array([4.0], np.float32), "FP32")])
             result = stream.get()
     assert not isinstance(result, Exception), result
     np.testing.assert_array_equal(result.as_numpy("Y"), [8.0])
@@ -439,7 +429,7 @@ def test_a_cancelled_stream_is_seen_by_the_thread_answering_after_execute(server
     """qa/python_models/execute_cancel, decoupled: its thread sees ``is_cancelled()`` turn true."""
     with grpcclient.InferenceServerClient(server.url) as client:
         with _Stream(client) as stream:  # leaving it cancels the request
-            client.async_stream_infer("threaded", [_tensor(grpcclient, "X", np.array([-1.0], np.float32), "FP32")])
+            client.async_stream_infer("threaded", [infer_input(grpcclient, "X", np.array([-1.0], np.float32), "FP32")])
             for _ in range(3):  # it is answering from its thread
                 assert not isinstance(stream.get(), Exception)
     line = wait_until(lambda: next((line for line in server.log().splitlines() if "[threaded] request cancelled" in line),
@@ -455,10 +445,10 @@ def test_a_model_imports_its_own_folder_relatively(server: Server) -> None:
 
 def test_model_code_sees_the_stub_argv_and_its_system_exit_fails_only_the_model(server: Server) -> None:
     with grpcclient.InferenceServerClient(server.url) as client:
-        report = json.loads(client.infer("argv", [_tensor(grpcclient, "EXIT", np.array([False]), "BOOL")])
+        report = json.loads(client.infer("argv", [infer_input(grpcclient, "EXIT", np.array([False]), "BOOL")])
                             .as_numpy("REPORT")[0])
         with pytest.raises(InferenceServerException) as raised:
-            client.infer("argv", [_tensor(grpcclient, "EXIT", np.array([True]), "BOOL")])
+            client.infer("argv", [infer_input(grpcclient, "EXIT", np.array([True]), "BOOL")])
         with pytest.raises(InferenceServerException) as refused:
             client.load_model("exit_in_initialize")
         assert client.is_server_live() and client.is_model_ready("argv")

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import itertools
-import json
 import re
-import urllib.request
 from datetime import datetime
 
 import grpc
@@ -18,7 +16,7 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from helpers import add_model, identity_model, make_model, slow_loading_model, start_server
+from helpers import add_model, http_json, identity_model, make_model, slow_loading_model, start_server
 
 
 def _scale_model(factor: float):
@@ -248,10 +246,9 @@ def test_several_repositories_serve_as_one(tmp_path) -> None:
             tensor = grpcclient.InferInput("IN", [1, 4], "FP32")
             tensor.set_data_from_numpy(np.ones((1, 4), np.float32))
             assert client.infer("chain", [tensor]).as_numpy("OUT").tolist() == [[6.0] * 4]
-        body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1] * 4}]})
-        with urllib.request.urlopen(urllib.request.Request(f"http://{server.http_url}/v2/models/tripler/infer",
-                                                           data=body.encode()), timeout=30) as reply:
-            assert json.loads(reply.read())["outputs"][0]["data"] == [3.0] * 4
+        status, answer = http_json(server, "/v2/models/tripler/infer",
+                                   {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1] * 4}]})
+        assert status == 200 and answer["outputs"][0]["data"] == [3.0] * 4
     finally:
         assert server.stop() == 0
     explicit = start_server(first, tmp_path / "explicit", "--model-repository", str(second),

@@ -11,15 +11,12 @@ give the expected scores exactly.
 
 from __future__ import annotations
 
-import json
 import math
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from helpers import RERANKER, SENTENCES, TextModels, start_server
+from helpers import RERANKER, SENTENCES, TextModels, http_json, scrape, start_server
 
 MODEL = RERANKER
 QUERY, DOCUMENTS = SENTENCES[0], [SENTENCES[2], SENTENCES[1], "The new movie is awful."]
@@ -42,14 +39,8 @@ def rerank_server(tmp_path_factory, text_models: TextModels):
 
 
 def post(server, path: str, body: object) -> tuple[int, dict]:
-    request = urllib.request.Request(f"http://{server.http_url}{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json", "Accept": "application/json",
-                                              "Authorization": "Bearer any"})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as reply:
-            return reply.status, json.loads(reply.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+    """(status, JSON reply) of a JSON body POSTed with a bearer token, as the rerank clients send one."""
+    return http_json(server, path, body, headers={"Authorization": "Bearer any"}, timeout=120)
 
 
 def test_the_cross_encoder_scores_pairs_as_its_reference(rerank_server, text_models) -> None:
@@ -127,10 +118,7 @@ def test_bad_bodies_get_openai_errors(rerank_server, body, status, code, text) -
 
 def test_the_model_may_be_left_out_when_one_loaded_model_scores(rerank_server) -> None:
     def control(action: str) -> None:
-        request = urllib.request.Request(f"http://{rerank_server.http_url}/v2/repository/models/all-MiniLM-L6-v2/{action}",
-                                         data=b"{}", headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=120) as reply:
-            assert reply.status == 200
+        assert http_json(rerank_server, f"/v2/repository/models/all-MiniLM-L6-v2/{action}", {}, timeout=120)[0] == 200
 
     control("unload")
     try:
@@ -191,13 +179,9 @@ def test_langchain_and_llamaindex_rerankers_unmodified(rerank_server, text_model
 
 
 def test_rerank_requests_are_counted_under_their_endpoint(rerank_server) -> None:
-    from prometheus_client.parser import text_string_to_metric_families
-
     def ok_count() -> float:
-        with urllib.request.urlopen(f"http://{rerank_server.http_url}/metrics", timeout=10) as reply:
-            samples = [s for f in text_string_to_metric_families(reply.read().decode()) for s in f.samples]
-        return sum(s.value for s in samples if s.name == "sie_requests_total" and s.labels == {
-            "model": MODEL, "endpoint": "rerank", "status": "ok"})
+        labels = (("endpoint", "rerank"), ("model", MODEL), ("status", "ok"))
+        return scrape(rerank_server.http_port).get(("sie_requests_total", labels), 0.0)
 
     before = ok_count()
     assert post(rerank_server, "/rerank", {"model": MODEL, "query": QUERY, "documents": DOCUMENTS})[0] == 200
@@ -207,9 +191,9 @@ def test_rerank_requests_are_counted_under_their_endpoint(rerank_server) -> None
 def test_the_cross_encoder_as_listed(rerank_server) -> None:
     """ModelInfo lists SIE's output types (not the tokens output every text model has); the
     activation read from config.json shows in the model's configuration."""
-    with urllib.request.urlopen(f"http://{rerank_server.http_url}/v1/models/{MODEL}", timeout=10) as reply:
-        info = json.loads(reply.read())
+    status, info = http_json(rerank_server, f"/v1/models/{MODEL}")
+    assert status == 200
     assert (info["outputs"], info["max_sequence_length"], info["loaded"]) == (["score"], 512, True)
-    with urllib.request.urlopen(f"http://{rerank_server.http_url}/v2/models/{MODEL}/config", timeout=10) as reply:
-        config = json.loads(reply.read())
+    status, config = http_json(rerank_server, f"/v2/models/{MODEL}/config")
+    assert status == 200
     assert config["parameters"]["activation"]["string_value"] == "sigmoid"

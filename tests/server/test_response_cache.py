@@ -187,23 +187,32 @@ def test_least_recently_used_entry_is_evicted(server: tuple[Server, Path]) -> No
     assert "is greater than total cache size: 700" in srv.log()
 
 
-@pytest.mark.parametrize(("extra", "text"), [
-    ("sequence_batching { }", "with sequence batching scheduler. Please disable the response cache."),
-    ("model_transaction_policy { decoupled: true }",
-     "with 'decoupled' transaction policy. Please disable the response cache."),
+REFUSED = {"refused_sequence": "sequence_batching { }", "refused_decoupled": "model_transaction_policy { decoupled: true }"}
+
+
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server with a cache that loads the models of ``REFUSED`` at start: each has response_cache on
+    and a scheduler or policy the cache does not support."""
+    root = tmp_path_factory.mktemp("refused")
+    for name, extra in REFUSED.items():
+        _counting(root / "repo", name, root / f"{name}.count", "response_cache { enable: true }\n" + extra)
+    loads = [arg for name in REFUSED for arg in ("--load-model", name)]
+    srv = start_server(root / "repo", root / "logs", "--cache-config=local,size=1048576",  # Triton's '=' form
+                       "--model-control-mode", "explicit", *loads, "--exit-on-error", "false")
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("refused_sequence", "with sequence batching scheduler. Please disable the response cache."),
+    ("refused_decoupled", "with 'decoupled' transaction policy. Please disable the response cache."),
 ])
-def test_sequence_and_decoupled_models_are_refused(tmp_path: Path, extra: str, text: str) -> None:
-    repository = tmp_path / "repo"
-    _counting(repository, "refused", tmp_path / "count", "response_cache { enable: true }\n" + extra)
-    srv = start_server(repository, tmp_path / "logs", "--cache-config=local,size=1048576",  # Triton's '=' form
-                       "--model-control-mode", "explicit", "--load-model", "refused", "--exit-on-error", "false")
-    try:
-        with grpcclient.InferenceServerClient(srv.url) as client:
-            index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
-        assert index["refused"]["state"] == "UNAVAILABLE"
-        assert f"Response Cache does not currently support model refused {text}" in index["refused"]["reason"]
-    finally:
-        srv.stop()
+def test_sequence_and_decoupled_models_are_refused(refusing: Server, name: str, text: str) -> None:
+    with grpcclient.InferenceServerClient(refusing.url) as client:
+        index = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+    assert index[name]["state"] == "UNAVAILABLE"
+    assert f"Response Cache does not currently support model {name} {text}" in index[name]["reason"]
 
 
 def test_response_cache_without_a_server_cache_is_ignored(tmp_path: Path) -> None:

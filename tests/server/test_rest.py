@@ -7,8 +7,8 @@ import gzip
 import json
 import subprocess
 import sys
-import urllib.error
-import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,20 +17,16 @@ import tritonclient.http.aio as aiohttpclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
-from helpers import EXAMPLES, add_model, identity_model, make_model, start_server
+from helpers import EXAMPLES, Server, add_model, http_request, identity_model, make_model, start_server
 
 A = np.arange(16, dtype=np.int32).reshape(1, 16)
 B = np.full((1, 16), 2, dtype=np.int32)
 
 
 def http(server, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
-    """(status, headers, body) of one plain HTTP request."""
-    request = urllib.request.Request(f"http://{server.http_url}{path}", data=body, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            return reply.status, dict(reply.headers), reply.read()
-    except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), err.read()
+    """(status, headers, body) of one plain HTTP request (``http_request``: only the headers given)."""
+    reply = http_request(server, path, content=body, method=method, headers=headers, timeout=30)
+    return reply.status_code, reply.headers, reply.content
 
 
 def http_early_reply(server, path: str, body: bytes, headers: dict) -> int:
@@ -142,11 +138,19 @@ def test_raw_binary_request(example_server) -> None:
     np.testing.assert_array_equal(np.frombuffer(body[length:], np.float32), data)
 
 
-def test_raw_binary_requests_as_triton_deduces_them(tmp_path) -> None:
-    """L0_http http_test.py: a raw binary body is the one input's data, its shape deduced from the config
-    (batch 1 when batching, the one variable dim from the body); a BYTES input of one element takes the
-    whole body; what cannot be deduced answers 400 with Triton's texts."""
-    repository = tmp_path / "repo"
+@pytest.fixture(scope="module")
+def own_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server (no flags) on the models of the raw binary and the protocol document tests, each
+    test using only its own models."""
+    repository = tmp_path_factory.mktemp("repo")
+    _raw_binary_models(repository)
+    _document_model(repository)
+    server = start_server(repository, tmp_path_factory.mktemp("logs"))
+    yield server
+    assert server.stop() == 0
+
+
+def _raw_binary_models(repository: Path) -> None:
     add_model(repository, "zero_1_float32", identity_model(TensorProto.FLOAT, [None, None]),
               'max_batch_size: 8\ninput [{ name: "INPUT0" data_type: TYPE_FP32 dims: [-1] }]\n'
               'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [-1] }]')
@@ -160,44 +164,43 @@ def test_raw_binary_requests_as_triton_deduces_them(tmp_path) -> None:
     add_model(repository, "zero_3_float32", make_model(
         nodes, [(f"INPUT{i}", TensorProto.FLOAT, [None, None]) for i in range(3)],
         [(f"OUTPUT{i}", TensorProto.FLOAT, [None, None]) for i in range(3)]), "max_batch_size: 8")
-    server = start_server(repository, tmp_path)
+
+
+def test_raw_binary_requests_as_triton_deduces_them(own_models: Server) -> None:
+    """L0_http http_test.py: a raw binary body is the one input's data, its shape deduced from the config
+    (batch 1 when batching, the one variable dim from the body); a BYTES input of one element takes the
+    whole body; what cannot be deduced answers 400 with Triton's texts."""
     raw = {"Inference-Header-Content-Length": "0"}
 
     def post(model: str, body: bytes) -> tuple[int, dict, bytes]:
-        status, headers, reply = http(server, "POST", f"/v2/models/{model}/infer", body, raw)
+        status, headers, reply = http(own_models, "POST", f"/v2/models/{model}/infer", body, raw)
         if status != 200:
             return status, {}, json.loads(reply)
         length = int(headers["inference-header-content-length"])
         return status, json.loads(reply[:length])["outputs"][0], reply[length:]
 
-    try:
-        for count in (8, 32):
-            data = np.arange(count, dtype=np.float32).tobytes()
-            assert post("zero_1_float32", data) == (200, {"name": "OUTPUT0", "datatype": "FP32", "shape": [1, count],
-                                                          "parameters": {"binary_data_size": 4 * count}}, data)
-        data = np.arange(6, dtype=np.float32).tobytes()
-        status, output, body = post("unbatched_float32", data)
-        assert (status, output["shape"], body) == (200, [2, 3], data)
-        status, output, body = post("zero_1_object_1_element", b"427")
-        assert (status, output["shape"], body) == (200, [1, 1], (3).to_bytes(4, "little") + b"427")
-        prefix = "[request id: <id_unknown>] "
-        assert post("zero_1_object", b"427") == (400, {}, {
-            "error": f"{prefix}For BYTE datatype raw input 'INPUT0', the model must have input shape [1]"})
-        assert post("zero_1_float16", np.ones([2, 2], np.float16).tobytes()) == (400, {}, {
-            "error": f"{prefix}The shape of the raw input 'INPUT0' can not be deduced because there are more than "
-                     "one variable-sized dimension"})
-        assert post("zero_3_float32", np.arange(24, dtype=np.float32).tobytes()) == (400, {}, {
-            "error": f"{prefix}Raw request must only have 1 input (found 1) to be deduced but got 3 inputs in "
-                     "'zero_3_float32' model configuration"})
-    finally:
-        assert server.stop() == 0
+    for count in (8, 32):
+        data = np.arange(count, dtype=np.float32).tobytes()
+        assert post("zero_1_float32", data) == (200, {"name": "OUTPUT0", "datatype": "FP32", "shape": [1, count],
+                                                      "parameters": {"binary_data_size": 4 * count}}, data)
+    data = np.arange(6, dtype=np.float32).tobytes()
+    status, output, body = post("unbatched_float32", data)
+    assert (status, output["shape"], body) == (200, [2, 3], data)
+    status, output, body = post("zero_1_object_1_element", b"427")
+    assert (status, output["shape"], body) == (200, [1, 1], (3).to_bytes(4, "little") + b"427")
+    prefix = "[request id: <id_unknown>] "
+    assert post("zero_1_object", b"427") == (400, {}, {
+        "error": f"{prefix}For BYTE datatype raw input 'INPUT0', the model must have input shape [1]"})
+    assert post("zero_1_float16", np.ones([2, 2], np.float16).tobytes()) == (400, {}, {
+        "error": f"{prefix}The shape of the raw input 'INPUT0' can not be deduced because there are more than "
+                 "one variable-sized dimension"})
+    assert post("zero_3_float32", np.arange(24, dtype=np.float32).tobytes()) == (400, {}, {
+        "error": f"{prefix}Raw request must only have 1 input (found 1) to be deduced but got 3 inputs in "
+                 "'zero_3_float32' model configuration"})
 
 
-def test_protocol_document_example(tmp_path) -> None:
-    """The V2 protocol's inference example, byte for byte where the document is consistent.
-
-    The document's input1 is shape [3] with one value; three values are sent here.
-    """
+def _document_model(repository: Path) -> None:
+    """``mymodel`` of the V2 protocol's inference example: output0 a constant [3, 2]."""
     constant = helper.make_node("Constant", [], ["output0"], value=helper.make_tensor(
         "c", TensorProto.FLOAT, [3, 2], [1.0, 1.1, 2.0, 2.1, 3.0, 3.1]))
     model = make_model([constant, helper.make_node("Identity", ["input0"], ["unused0"]),
@@ -205,20 +208,23 @@ def test_protocol_document_example(tmp_path) -> None:
                        [("input0", TensorProto.UINT32, [2, 2]), ("input1", TensorProto.BOOL, [3])],
                        [("output0", TensorProto.FLOAT, [3, 2]), ("unused0", TensorProto.UINT32, [2, 2]),
                         ("unused1", TensorProto.BOOL, [3])])
-    add_model(tmp_path / "repo", "mymodel", model, "max_batch_size: 0")
-    server = start_server(tmp_path / "repo", tmp_path)
-    try:
-        request = {"id": "42", "inputs": [
-            {"name": "input0", "shape": [2, 2], "datatype": "UINT32", "data": [1, 2, 3, 4]},
-            {"name": "input1", "shape": [3], "datatype": "BOOL", "data": [True, False, True]}],
-            "outputs": [{"name": "output0"}]}
-        status, headers, body = http(server, "POST", "/v2/models/mymodel/infer", json.dumps(request).encode(),
-                                     {"Content-Type": "application/json"})
-        assert status == 200 and headers["content-type"] == "application/json"
-        assert json.loads(body) == {"model_name": "mymodel", "model_version": "1", "id": "42", "outputs": [
-            {"name": "output0", "shape": [3, 2], "datatype": "FP32", "data": [1.0, 1.1, 2.0, 2.1, 3.0, 3.1]}]}
-    finally:
-        assert server.stop() == 0
+    add_model(repository, "mymodel", model, "max_batch_size: 0")
+
+
+def test_protocol_document_example(own_models: Server) -> None:
+    """The V2 protocol's inference example, byte for byte where the document is consistent.
+
+    The document's input1 is shape [3] with one value; three values are sent here.
+    """
+    request = {"id": "42", "inputs": [
+        {"name": "input0", "shape": [2, 2], "datatype": "UINT32", "data": [1, 2, 3, 4]},
+        {"name": "input1", "shape": [3], "datatype": "BOOL", "data": [True, False, True]}],
+        "outputs": [{"name": "output0"}]}
+    status, headers, body = http(own_models, "POST", "/v2/models/mymodel/infer", json.dumps(request).encode(),
+                                 {"Content-Type": "application/json"})
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert json.loads(body) == {"model_name": "mymodel", "model_version": "1", "id": "42", "outputs": [
+        {"name": "output0", "shape": [3, 2], "datatype": "FP32", "data": [1.0, 1.1, 2.0, 2.1, 3.0, 3.1]}]}
 
 
 BAD = [  # (path, JSON body, gRPC status the same request gets, HTTP status)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
-import urllib.request
 
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from helpers import ROOT
+from helpers import ROOT, http_json
 
 LIST_ROUTES = """
 import re
@@ -28,13 +26,14 @@ print(sorted((re.sub(r":\\w+}", "}", r.path), m) for r in app.routes if isinstan
 """
 
 
-def _get(server, path: str) -> bytes:
-    with urllib.request.urlopen(f"http://{server.http_url}{path}", timeout=30) as reply:
-        return reply.read()
+def _document(server) -> dict:
+    status, document = http_json(server, "/api-doc/openapi.json")
+    assert status == 200
+    return document
 
 
 def test_openapi_document_lists_exactly_the_routes(example_server) -> None:
-    document = json.loads(_get(example_server, "/api-doc/openapi.json"))
+    document = _document(example_server)
     assert document["openapi"].startswith("3.")
     documented = sorted((path, method.upper()) for path, item in document["paths"].items() for method in item)
     routes = subprocess.run([sys.executable, "-c", LIST_ROUTES], cwd=ROOT, capture_output=True, text=True, check=True)
@@ -66,19 +65,16 @@ def test_fuzzed_requests_get_documented_answers_and_never_crash(example_server) 
     for result in schema.get_all_operations():
         _checker(result.ok(), problems)()
         operations += 1
-    document = json.loads(_get(example_server, "/api-doc/openapi.json"))
+    document = _document(example_server)
     # schemathesis leaves out the URL it read the schema from
     assert operations == sum(len(item) for item in document["paths"].values()) - 1
     assert problems == []
-    with urllib.request.urlopen(f"http://{example_server.http_url}/v2/health/live", timeout=10) as live:
-        assert live.status == 200
+    assert http_json(example_server, "/v2/health/live")[0] == 200
     # the fuzzer may have changed the log and trace settings of this shared server: restore them
     for path, body in (("/v2/logging", {"log_info": True, "log_warning": True, "log_error": True,
                                         "log_verbose_level": 0, "log_format": "default"}),
                        ("/v2/trace/setting", {"trace_level": None, "trace_rate": None, "trace_count": None})):
-        request = urllib.request.Request(f"http://{example_server.http_url}{path}", data=json.dumps(body).encode())
-        with urllib.request.urlopen(request, timeout=10) as reply:
-            assert reply.status == 200
+        assert http_json(example_server, path, body)[0] == 200
 
 
 def test_docs_page_renders_the_api_in_a_real_browser(example_server, tmp_path) -> None:

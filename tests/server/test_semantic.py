@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import msgpack
@@ -20,10 +18,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
-from prometheus_client.parser import text_string_to_metric_families
 from tokenizers import Tokenizer
 
-from helpers import ROOT, SENTENCES, VOCAB, TextModels, add_model, cosines, make_model, start_server, wait_pending
+from helpers import (ROOT, SENTENCES, VOCAB, TextModels, add_model, cosines, http_request, make_model, scrape, start_server,
+                     wait_pending)
 
 PII = ("Please send the contract to John Smith at john.smith@example.com or call him on (415) 555-0132. "
        "He lives at 1600 Pennsylvania Avenue, Washington, DC 20500.")
@@ -61,18 +59,12 @@ def text_server(tmp_path_factory, text_models: TextModels):
 
 
 def call(server, path: str, body: object = None, headers: dict[str, str] | None = None, raw: bytes | None = None):
-    """(status, headers, decoded body) of a request; JSON unless the reply is msgpack."""
-    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    request = urllib.request.Request(f"http://{server.http_url}{path}", data=data, headers=headers or JSON_HEADERS,
-                                     method="GET" if data is None else "POST")
-    try:
-        with urllib.request.urlopen(request, timeout=120) as reply:
-            status, reply_headers, content = reply.status, reply.headers, reply.read()
-    except urllib.error.HTTPError as err:
-        status, reply_headers, content = err.code, err.headers, err.read()
-    if reply_headers.get("content-type", "").startswith("application/msgpack"):
-        return status, reply_headers, msgpack.unpackb(content, object_hook=msgpack_numpy.decode)
-    return status, reply_headers, json.loads(content)
+    """(status, headers, decoded body) of a request with ``JSON_HEADERS`` unless ``headers`` are given:
+    ``body`` as JSON or ``raw`` as it is; the reply decoded as JSON unless it is msgpack."""
+    reply = http_request(server, path, body=body, content=raw, headers=headers or JSON_HEADERS, timeout=120)
+    if reply.headers.get("content-type", "").startswith("application/msgpack"):
+        return reply.status_code, reply.headers, msgpack.unpackb(reply.content, object_hook=msgpack_numpy.decode)
+    return reply.status_code, reply.headers, json.loads(reply.content)
 
 
 # ---- the SIE document's curl examples, verbatim but for model names ----------------------------
@@ -287,14 +279,9 @@ def test_malformed_msgpack_and_metrics(text_server) -> None:
                            headers={"Content-Type": "application/msgpack"})
     assert status == 400 and body["detail"]["code"] == "INVALID_INPUT"
 
-    def scrape() -> dict[tuple, float]:
-        with urllib.request.urlopen(f"http://{text_server.http_url}/metrics", timeout=10) as reply:
-            families = text_string_to_metric_families(reply.read().decode())
-            return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
-
-    before = scrape()
+    before = scrape(text_server.http_port)
     _, _, body = call(text_server, "/v1/embeddings", {"model": "all-MiniLM-L6-v2-int8", "input": SENTENCES})
-    after = scrape()
+    after = scrape(text_server.http_port)
     tokens = (("model", "all-MiniLM-L6-v2-int8"),)
     assert after[("sie_tokens_processed_total", tokens)] - before.get(("sie_tokens_processed_total", tokens), 0) \
         == body["usage"]["total_tokens"]
@@ -306,7 +293,7 @@ def test_malformed_msgpack_and_metrics(text_server) -> None:
     call(text_server, "/v1/encode/sentence-transformers/all-MiniLM-L6-v2", {"items": [{"text": "x"}]})
     encode = ("http_requests_total", (("method", "POST"), ("model", "all-MiniLM-L6-v2"), ("path", "/v1/encode/{model}"),
                                       ("status", "200")))
-    assert scrape()[encode] >= 1  # the alias resolved to its model; the route template as users write it
+    assert scrape(text_server.http_port)[encode] >= 1  # the alias resolved to its model; the route template as users write it
 
 
 def test_timing_body_and_trace_id_on_every_answer(text_server) -> None:
@@ -342,12 +329,8 @@ def test_cors_preflight_follows_the_allowed_origins(text_server, example_server)
     preflight = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
 
     def options(server, headers):
-        request = urllib.request.Request(f"http://{server.http_url}/v1/embeddings", headers=headers, method="OPTIONS")
-        try:
-            with urllib.request.urlopen(request, timeout=30) as reply:
-                return reply.status, reply.headers
-        except urllib.error.HTTPError as err:
-            return err.code, err.headers
+        reply = http_request(server, "/v1/embeddings", method="OPTIONS", headers=headers)
+        return reply.status_code, reply.headers
 
     status, headers = options(text_server, preflight)
     assert status == 200 and headers["Access-Control-Allow-Origin"] == ORIGIN and "POST" in headers["Access-Control-Allow-Methods"]

@@ -6,19 +6,16 @@ import csv
 import os
 import shutil
 import subprocess
-import time
-import urllib.request
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
-from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import (InferenceServerException, deserialize_bytes_tensor, serialize_byte_tensor,
                                serialized_byte_size)
 
-from helpers import EXAMPLES, perf_analyzer, start_server
+from helpers import EXAMPLES, pending, perf_analyzer, start_server, wait_pending, wait_until
 
 
 BYTES_16 = 16 * 4  # sixteen INT32
@@ -190,14 +187,6 @@ def test_offsets_and_sizes_are_bounds_checked(shm_server, regions) -> None:
         assert client.is_server_live()
 
 
-def _pending(server, model: str) -> float:
-    """The server's nv_inference_pending_request_count for ``model`` (0 before its first request)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as reply:
-        families = {f.name: f for f in text_string_to_metric_families(reply.read().decode())}
-    family = families.get("nv_inference_pending_request_count")
-    return sum(s.value for s in family.samples if s.labels.get("model") == model) if family else 0.0
-
-
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_unregister_during_inference_is_refused_until_it_ends(shm_server, protocol) -> None:
     """L0_shared_memory test_unregister_shm_during_inference_{http,grpc}: while a request that reads two
@@ -225,10 +214,7 @@ def test_unregister_during_inference_is_refused_until_it_ends(shm_server, protoc
                                outputs=outputs)
         else:
             request = client.async_infer("slow_simple", inputs, outputs=outputs)
-        deadline = time.monotonic() + 30
-        while _pending(shm_server, "slow_simple") < 1:  # the request is decoded and waits for its batch
-            assert time.monotonic() < deadline, "the request never became pending"
-            time.sleep(0.02)
+        wait_pending(shm_server, "slow_simple", 1, timeout=30)  # the request is decoded and waits for its batch
         internal = "StatusCode.INTERNAL" if protocol == "grpc" else "500"
         err = _refused(second.unregister_system_shared_memory)
         assert (err.status(), err.message()) == (
@@ -238,11 +224,9 @@ def test_unregister_during_inference_is_refused_until_it_ends(shm_server, protoc
             err = _refused(second.unregister_system_shared_memory, name)
             assert (err.status(), err.message()) == (
                 internal, f"Cannot unregister shared memory region '{name}', it is currently in use.")
-        assert _pending(shm_server, "slow_simple") == 1, "the request ended before every refusal was checked"
+        assert pending(shm_server, "slow_simple") == 1, "the request ended before every refusal was checked"
         if protocol == "grpc":
-            while not done:
-                assert time.monotonic() < deadline + 30, "no answer"
-                time.sleep(0.02)
+            wait_until(lambda: done, "the answer", 30)
             assert not isinstance(done[0], InferenceServerException), done[0]
         else:
             request.get_result()

@@ -4,17 +4,14 @@ unchanged semantic routes, which learn everything from its contract - even its V
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from helpers import add_model, identity_model, make_model, start_server
+from helpers import add_model, http_json, identity_model, make_model, start_server
 
 VOCAB = {"[PAD]": 0, "[UNK]": 1, "paris": 2, "is": 3, "big": 4, "a": 5, "small": 6, "town": 7, "which": 8, "city": 9}
 WEIGHTS = np.random.default_rng(11).normal(size=len(VOCAB)).astype(np.float32)
@@ -80,20 +77,9 @@ def _tokenizer() -> Tokenizer:
     return tokenizer
 
 
-def call(server, path: str, body: object = None) -> tuple[int, dict]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://{server.http_url}{path}", data=data, method="GET" if data is None else "POST",
-                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as reply:
-            return reply.status, json.loads(reply.read() or b"null")
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
-
-
 def test_a_plugin_cross_encoder_is_served_by_the_unchanged_score_route(plugin_server) -> None:
     query, items = "which city", ["paris is big", "a small town", "town"]
-    status, body = call(plugin_server, "/v1/score/pair-scorer",
+    status, body = http_json(plugin_server, "/v1/score/pair-scorer",
                         {"query": {"text": query}, "items": [{"id": str(i), "text": t} for i, t in enumerate(items)]})
     expected = [np.tanh(WEIGHTS[_tokenizer().encode(query, text).ids].sum()) for text in items]
     assert status == 200 and body["model"] == "pair-scorer"
@@ -103,35 +89,35 @@ def test_a_plugin_cross_encoder_is_served_by_the_unchanged_score_route(plugin_se
 
 
 def test_its_contract_is_its_v2_interface_and_its_model_info(plugin_server) -> None:
-    status, metadata = call(plugin_server, "/v2/models/pair-scorer")
+    status, metadata = http_json(plugin_server, "/v2/models/pair-scorer")
     assert status == 200 and metadata["platform"] == "text_tanh_pair"
     assert [(t["name"], t["datatype"], t["shape"]) for t in metadata["inputs"]] == [("query", "BYTES", [1]),
                                                                                     ("text", "BYTES", [-1])]
     assert [(t["name"], t["datatype"], t["shape"]) for t in metadata["outputs"]] == [  # tokens: every text model's
         ("relevance", "FP32", [-1]), ("tokens", "INT64", [-1, 4]), ("token_lengths", "INT64", [-1])]
-    status, listing = call(plugin_server, "/v1/models")
+    status, listing = http_json(plugin_server, "/v1/models")
     info = {m["name"]: m for m in listing["models"]}["pair-scorer"]
     assert (info["outputs"], info["dims"], info["loaded"], info["max_sequence_length"]) == (["score"], {}, True, 16)
-    status, body = call(plugin_server, "/v1/encode/pair-scorer", {"items": [{"text": "paris"}]})
+    status, body = http_json(plugin_server, "/v1/encode/pair-scorer", {"items": [{"text": "paris"}]})
     assert status == 400 and body["detail"]["message"] == (
         "model 'pair-scorer' does not produce 'dense' outputs (it produces: score)")
 
 
 def test_a_model_that_is_not_loaded_lists_what_its_backend_offers(plugin_server) -> None:
-    assert call(plugin_server, "/v2/repository/models/pair-scorer/unload", {})[0] == 200
+    assert http_json(plugin_server, "/v2/repository/models/pair-scorer/unload", {})[0] == 200
     try:
-        info = {m["name"]: m for m in call(plugin_server, "/v1/models")[1]["models"]}["pair-scorer"]
+        info = {m["name"]: m for m in http_json(plugin_server, "/v1/models")[1]["models"]}["pair-scorer"]
         assert (info["outputs"], info["loaded"]) == (["score"], False)
-        status, body = call(plugin_server, "/v1/score/pair-scorer", {"query": {"text": "q"}, "items": [{"text": "x"}]})
+        status, body = http_json(plugin_server, "/v1/score/pair-scorer", {"query": {"text": "q"}, "items": [{"text": "x"}]})
         assert (status, body["detail"]["code"], body["detail"]["model"]) == (503, "MODEL_NOT_LOADED", "pair-scorer")
     finally:
-        assert call(plugin_server, "/v2/repository/models/pair-scorer/load", {})[0] == 200
+        assert http_json(plugin_server, "/v2/repository/models/pair-scorer/load", {})[0] == 200
 
 
 def test_a_tensor_model_has_no_text_contract(plugin_server) -> None:
-    status, listing = call(plugin_server, "/v1/models")
+    status, listing = http_json(plugin_server, "/v1/models")
     assert status == 200 and [m["name"] for m in listing["models"]] == ["pair-scorer"]
-    status, body = call(plugin_server, "/v1/models/ident")
+    status, body = http_json(plugin_server, "/v1/models/ident")
     assert (status, body["error"]["message"]) == (404, "Model 'ident' is not a text model (it has no BYTES 'text' input)")
-    status, body = call(plugin_server, "/v1/score/ident", {"query": {"text": "q"}, "items": [{"text": "x"}]})
+    status, body = http_json(plugin_server, "/v1/score/ident", {"query": {"text": "q"}, "items": [{"text": "x"}]})
     assert (status, body["detail"]["message"]) == (400, "model 'ident' does not support 'score' (it supports: none)")

@@ -6,13 +6,11 @@ server's ExportTraceServiceRequest messages and decodes them with opentelemetry-
 
 from __future__ import annotations
 
-import json
-import urllib.request
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from helpers import EXAMPLES, start_server, wait_until
+from helpers import EXAMPLES, http_request, start_server, wait_until
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -23,16 +21,14 @@ def test_traceparent_joins_the_callers_trace_over_http_and_grpc(collector, tmp_p
     endpoint, spans = collector
     server = start_server(EXAMPLES, tmp_path, "--trace-otlp-endpoint", endpoint)
     try:
-        body = json.dumps({"inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}
-                                      for n in ("INPUT0", "INPUT1")]}).encode()
-        request = urllib.request.Request(f"http://{server.http_url}/v2/models/simple/infer", data=body,
-                                         headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
-        with urllib.request.urlopen(request, timeout=10) as reply:
-            assert reply.headers["X-Trace-ID"] == TRACE_ID
-        with urllib.request.urlopen(urllib.request.Request(f"http://{server.http_url}/v2/models/simple/infer",
-                                                           data=body), timeout=10) as reply:
-            fresh = reply.headers["X-Trace-ID"]  # no traceparent: a new trace
-            assert len(fresh) == 32 and fresh != TRACE_ID
+        body = {"inputs": [{"name": n, "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}
+                           for n in ("INPUT0", "INPUT1")]}
+        reply = http_request(server, "/v2/models/simple/infer", body=body,
+                             headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
+        assert reply.status_code == 200 and reply.headers["X-Trace-ID"] == TRACE_ID
+        reply = http_request(server, "/v2/models/simple/infer", body=body)
+        fresh = reply.headers["X-Trace-ID"]  # no traceparent: a new trace
+        assert reply.status_code == 200 and len(fresh) == 32 and fresh != TRACE_ID
         with grpcclient.InferenceServerClient(server.url) as client:
             inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
             for tensor in inputs:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
+from collections.abc import Iterator
 
 import grpc
 import numpy as np
@@ -18,7 +19,7 @@ from onnx import TensorProto
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from helpers import EXAMPLES, add_model, identity_model, start_server, wait_until
+from helpers import EXAMPLES, Server, add_model, identity_model, start_server, wait_until
 
 GPUS_NOT_SUPPORTED = "failed to register CUDA shared memory region: '{}', GPUs not supported"
 
@@ -138,14 +139,22 @@ def test_log_info_off_silences_info_messages(tmp_path) -> None:
     assert "manager: unloaded model 'simple'" in log
 
 
-def test_batch_statistics_count_executions_by_their_real_size(tmp_path) -> None:
-    add_model(tmp_path / "repo", "batched", identity_model(TensorProto.FLOAT, [None, 4]),
+@pytest.fixture(scope="module")
+def own_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server (no flags) on ``batched`` and ``half``, each the model of one test below."""
+    repository = tmp_path_factory.mktemp("repo")
+    add_model(repository, "batched", identity_model(TensorProto.FLOAT, [None, 4]),
               "max_batch_size: 8\ninstance_group [{ kind: KIND_CPU count: 1 }]\n"
               "dynamic_batching { preferred_batch_size: [4] max_queue_delay_microseconds: 10000000 }")
-    server = start_server(tmp_path / "repo", tmp_path)
+    add_model(repository, "half", identity_model(TensorProto.FLOAT16, [None, 4]), "max_batch_size: 8")
+    server = start_server(repository, tmp_path_factory.mktemp("logs"))
+    yield server
+    assert server.stop() == 0
 
+
+def test_batch_statistics_count_executions_by_their_real_size(own_models: Server) -> None:
     async def send() -> None:
-        async with aioclient.InferenceServerClient(server.url) as client:
+        async with aioclient.InferenceServerClient(own_models.url) as client:
             calls = []
             for i in range(8):
                 tensor = aioclient.InferInput("INPUT0", [1, 4], "FP32")
@@ -153,12 +162,9 @@ def test_batch_statistics_count_executions_by_their_real_size(tmp_path) -> None:
                 calls.append(client.infer("batched", [tensor]))
             await asyncio.gather(*calls)
 
-    try:
-        asyncio.run(send())
-        with grpcclient.InferenceServerClient(server.url) as client:
-            stats = client.get_inference_statistics("batched").model_stats[0]
-    finally:
-        assert server.stop() == 0
+    asyncio.run(send())
+    with grpcclient.InferenceServerClient(own_models.url) as client:
+        stats = client.get_inference_statistics("batched").model_stats[0]
     assert stats.inference_count == 8 and stats.execution_count == 2
     assert [(b.batch_size, b.compute_infer.count) for b in stats.batch_stats] == [(4, 2)]
 
@@ -203,24 +209,19 @@ def test_contents_with_shared_memory_text_is_tritons(server) -> None:
         shm.destroy_shared_memory_region(region)
 
 
-def test_fp16_json_texts_are_tritons(tmp_path) -> None:
-    add_model(tmp_path / "repo", "half", identity_model(TensorProto.FLOAT16, [None, 4]), "max_batch_size: 8")
-    server = start_server(tmp_path / "repo", tmp_path)
-    try:
-        with httpclient.InferenceServerClient(server.http_url) as client:
-            sent = httpclient.InferInput("INPUT0", [1, 4], "FP16")
-            sent.set_data_from_numpy(np.ones((1, 4), np.float16), binary_data=False)
-            with pytest.raises(InferenceServerException) as err:
-                client.infer("half", [sent])
-            assert err.value.message() == ("receiving FP16 data via JSON is not supported. Please use the binary "
-                                           "data format for input INPUT0")
-            sent.set_data_from_numpy(np.ones((1, 4), np.float16), binary_data=True)
-            with pytest.raises(InferenceServerException) as err:
-                client.infer("half", [sent], outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)])
-            assert err.value.message().startswith("sending FP16 data via JSON is not supported. Please use the "
-                                                  "binary data format for output")
-    finally:
-        assert server.stop() == 0
+def test_fp16_json_texts_are_tritons(own_models: Server) -> None:
+    with httpclient.InferenceServerClient(own_models.http_url) as client:
+        sent = httpclient.InferInput("INPUT0", [1, 4], "FP16")
+        sent.set_data_from_numpy(np.ones((1, 4), np.float16), binary_data=False)
+        with pytest.raises(InferenceServerException) as err:
+            client.infer("half", [sent])
+        assert err.value.message() == ("receiving FP16 data via JSON is not supported. Please use the binary "
+                                       "data format for input INPUT0")
+        sent.set_data_from_numpy(np.ones((1, 4), np.float16), binary_data=True)
+        with pytest.raises(InferenceServerException) as err:
+            client.infer("half", [sent], outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)])
+        assert err.value.message().startswith("sending FP16 data via JSON is not supported. Please use the "
+                                              "binary data format for output")
 
 
 def test_bytes_that_onnx_runtime_cannot_take_name_the_input_and_element(server) -> None:

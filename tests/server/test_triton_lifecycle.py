@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 
 import grpc
 import pytest
@@ -16,16 +15,17 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
-from helpers import ROOT, add_model, identity_model, start_server
+from helpers import ROOT, add_model, identity_model, start_server, wait_until
 from kserve_v2 import __version__
 
 
 def _wait_for(server, text: str, timeout: float = 60) -> None:
     """Wait for a log line, then read the HTTP port (logged after the gRPC one)."""
-    deadline = time.monotonic() + timeout
-    while text not in server.log() or "HTTP server listening" not in server.log():
-        assert time.monotonic() < deadline and server.proc.poll() is None, server.log()
-        time.sleep(0.05)
+    def logged() -> bool:
+        assert server.proc.poll() is None, server.log()
+        return text in server.log() and "HTTP server listening" in server.log()
+
+    wait_until(logged, f"the log line {text!r}", timeout)
     server.http_port = int(re.search(r"HTTP server listening on [^:]+:(\d+)", server.log()).group(1))
 
 

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ import tritonclient.grpc as grpcclient
 from onnx import TensorProto
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers import ROOT, add_model, identity_model, start_server
+from helpers import ROOT, add_model, identity_model, metrics_text, start_server
 
 CPU = ("nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes")
 COUNTERS = ("nv_inference_request_duration_us", "nv_inference_queue_duration_us", "nv_inference_compute_input_duration_us",
@@ -29,8 +28,7 @@ LABELS = {"model": "ident", "version": "1"}
 
 def families(server) -> dict:
     """The metric families of /metrics on the metrics port, parsed with prometheus-client's parser."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as reply:
-        return {family.name: family for family in text_string_to_metric_families(reply.read().decode())}
+    return {family.name: family for family in text_string_to_metric_families(metrics_text(server.metrics_port))}
 
 
 def sample(found: dict, family: str, name: str | None = None, **labels: str) -> float:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import socket
-import urllib.request
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from onnx import TensorProto, helper
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from helpers import SENTENCES, TextModels, add_model, identity_model, make_model, start_server
+from helpers import SENTENCES, TextModels, add_model, identity_model, make_model, metrics_text, start_server
 
 
 def _zero_1_float32(repository) -> None:
@@ -124,11 +123,6 @@ SUMMARIES = ("nv_inference_request_summary_us", "nv_inference_queue_summary_us",
              "nv_inference_compute_infer_summary_us", "nv_inference_compute_output_summary_us")
 
 
-def _metrics(running) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{running.metrics_port}/metrics", timeout=30) as reply:
-        return reply.read().decode()
-
-
 def test_summaries_custom_quantiles_as_l0_metrics_sets_them(tmp_path) -> None:
     """L0_metrics test.sh's ``summary_quantiles=0.1:0.0.1,0.7:0.01,0.75:0.01``: Triton reads each number with
     ``std::stod`` (``0.0.1`` is 0.0), so the server starts and every summary has quantiles 0.1, 0.7 and
@@ -141,7 +135,7 @@ def test_summaries_custom_quantiles_as_l0_metrics_sets_them(tmp_path) -> None:
                            "--metrics-config", f"summary_quantiles={summary_quantiles}")
     labels = {"model": "onnx_zero_1_float32", "version": "1"}
     try:
-        metrics = _metrics(running)
+        metrics = metrics_text(running.metrics_port)
         for quantile in [pair.split(":")[0] for pair in summary_quantiles.split(",")]:
             assert f'quantile="{quantile}"' in metrics
         for family in text_string_to_metric_families(metrics):
@@ -156,7 +150,7 @@ def test_summaries_custom_quantiles_as_l0_metrics_sets_them(tmp_path) -> None:
             r = requests.post(f"http://{running.http_url}/v2/models/onnx_zero_1_float32/infer", data=data,
                               headers={"Inference-Header-Content-Length": "0"}, timeout=30)
             r.raise_for_status()
-        families = {family.name: family for family in text_string_to_metric_families(_metrics(running))}
+        families = {family.name: family for family in text_string_to_metric_families(metrics_text(running.metrics_port))}
         for name in SUMMARIES:
             assert families[name].type == "summary"
             samples = {(s.name, s.labels.get("quantile")): s.value for s in families[name].samples}

@@ -4,7 +4,6 @@ as trace_endpoint_test.py checks them, through a real server and unmodified trit
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ import tritonclient.http as httpclient
 from onnx import TensorProto
 from tritonclient.utils import InferenceServerException
 
-from helpers import EXAMPLES, add_model, identity_model, start_server
+from helpers import EXAMPLES, add_model, identity_model, start_server, wait_until
 
 STAMPS = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END",
           "REQUEST_END"]
@@ -32,16 +31,14 @@ def traced(tmp_path_factory):
 
 def read_traces(path: Path, count: int, timeout: float = 30) -> dict[int, list[dict]]:
     """The trace file's entries by trace id, once it holds at least ``count`` traces."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def traces() -> dict[int, list[dict]] | None:
         entries = json.loads(path.read_text()) if path.exists() else []  # the file is whole JSON after every write
-        traces: dict[int, list[dict]] = {}
+        by_id: dict[int, list[dict]] = {}
         for entry in entries:
-            traces.setdefault(entry["id"], []).append(entry)
-        if len(traces) >= count:
-            return traces
-        assert time.monotonic() < deadline, entries
-        time.sleep(0.05)
+            by_id.setdefault(entry["id"], []).append(entry)
+        return by_id if len(by_id) >= count else None
+
+    return wait_until(traces, f"{count} traces in {path.name}", timeout)
 
 
 def stamps(trace: list[dict]) -> list[tuple[str, int]]:

@@ -9,16 +9,14 @@ asks for over gRPC.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
+import functools
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tokenizers import Tokenizer
 
-from helpers import RERANKER, TextModels, start_server
+from helpers import RERANKER, TextModels, http_json, start_server
 
 MINILM, PREFIXED, PREFIXED_RERANKER = "all-MiniLM-L6-v2", "prefixed-minilm", "prefixed-reranker"
 LONG_TEXT = "first " + " ".join(["word"] * 600) + " last"
@@ -41,14 +39,7 @@ def server(tmp_path_factory, text_models: TextModels):
     assert started.stop() == 0
 
 
-def post(server, path: str, body: object) -> tuple[int, dict]:
-    request = urllib.request.Request(f"http://{server.http_url}{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as reply:
-            return reply.status, json.loads(reply.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+post = functools.partial(http_json, timeout=120)
 
 
 def embed(server, text: str, model: str = MINILM, **fields) -> np.ndarray:

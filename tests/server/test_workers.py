@@ -1,7 +1,7 @@
 """--workers 2: two replicas behind the same ports answer as one server.
 
-Each request below that must reach "every replica" goes over a fresh connection (urllib opens one
-per request), and the kernel spreads connections over the replicas' sockets (SO_REUSEPORT): 12
+Each request below that must reach "every replica" goes over a fresh connection (``http_json`` opens
+one per request), and the kernel spreads connections over the replicas' sockets (SO_REUSEPORT): 12
 fresh connections all landing on one of two replicas happens once in 2,048 runs, and the first test
 checks from the verbose log that both replicas served. A gRPC channel is one connection, so a
 sequence over one channel stays on one replica.
@@ -17,10 +17,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,28 +27,16 @@ import tritonclient.utils.shared_memory as shm
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
-from helpers import EXAMPLES, ROOT, Server, start_server
+from helpers import EXAMPLES, ROOT, Server, http_json, metrics_text, start_server, wait_until
 
 FRESH = 12  # fresh connections that must all see a change
-SIMPLE_BODY = json.dumps({"inputs": [
+SIMPLE_BODY = {"inputs": [
     {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
-    {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}]}).encode()
+    {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}]}
 
 
-def _http(server: Server, path: str, body: bytes | None = None) -> tuple[int, Any]:
-    """One request on a connection of its own: (status, JSON body or None)."""
-    request = urllib.request.Request(f"http://{server.http_url}{path}", data=body,
-                                     method="POST" if body is not None else "GET")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            status, text = reply.status, reply.read()
-    except urllib.error.HTTPError as err:
-        status, text = err.code, err.read()
-    return status, json.loads(text) if text else None
-
-
-def _everywhere(server: Server, path: str, body: bytes | None = None) -> list[tuple[int, Any]]:
-    return [_http(server, path, body) for _ in range(FRESH)]
+def _everywhere(server: Server, path: str, body: object = None) -> list[tuple[int, Any]]:
+    return [http_json(server, path, body) for _ in range(FRESH)]
 
 
 def _metric(text: str, name: str, **labels: str) -> float:
@@ -63,21 +47,9 @@ def _metric(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-def _scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
-        return reply.read().decode()
-
-
 def _replica_pids(server: Server) -> dict[int, int]:
     """The latest pid of each replica, from the supervisor's log."""
     return {int(i): int(p) for i, p in re.findall(r"replica (\d+) started \(pid (\d+)\)", server.log())}
-
-
-def _wait(condition: Callable[[], bool], seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +68,9 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def test_replicas_share_the_ports_and_count_as_one(workers: Server) -> None:
-    before_stats = _http(workers, "/v2/models/simple/stats")[1]["model_stats"][0]["inference_stats"]["success"]["count"]
-    before = _metric(_scrape(workers.metrics_port), "nv_inference_request_success", model="simple")
-    outputs = [_http(workers, "/v2/models/simple/infer", SIMPLE_BODY) for _ in range(30)]
+    before_stats = http_json(workers, "/v2/models/simple/stats")[1]["model_stats"][0]["inference_stats"]["success"]["count"]
+    before = _metric(metrics_text(workers.metrics_port), "nv_inference_request_success", model="simple")
+    outputs = [http_json(workers, "/v2/models/simple/infer", SIMPLE_BODY) for _ in range(30)]
     assert all(status == 200 and body["outputs"][0]["data"] == list(range(1, 17)) for status, body in outputs)
     served = set(re.findall(r"\[replica (\d)\] kserve_v2.service.inference_service: infer request for model 'simple'", workers.log()))
     assert served == {"0", "1"}  # the kernel spread the connections over both replicas
@@ -107,17 +79,17 @@ def test_replicas_share_the_ports_and_count_as_one(workers: Server) -> None:
         assert stats.inference_stats.success.count - before_stats == 30  # the total over both replicas
         assert client.is_server_ready() and client.is_model_ready("simple")
     for port in (workers.metrics_port, workers.http_port):  # both /metrics give the sum, in the same families
-        text = _scrape(port)
+        text = metrics_text(port)
         assert _metric(text, "nv_inference_request_success", model="simple", version="1") - before == 30
         assert _metric(text, "kserve_v2_replicas") == 2 and _metric(text, "kserve_v2_replica_restarts_total") == 0
         assert _metric(text, "nv_inference_request_latency_seconds_count", model="simple") - before == 30
-    status = [_http(workers, "/v2/health/ready")[0] for _ in range(FRESH)]
+    status = [http_json(workers, "/v2/health/ready")[0] for _ in range(FRESH)]
     assert status == [200] * FRESH
     with connect(f"ws://{workers.http_url}/ws/status") as ws:  # the status page's feed: every replica's
         snapshot = json.loads(ws.recv(timeout=30))
     [success] = [s["value"] for s in snapshot["counters"]["nv_inference_request_success"]
                  if s["labels"] == {"model": "simple", "version": "1"}]
-    assert success == _metric(_scrape(workers.metrics_port), "nv_inference_request_success", model="simple")
+    assert success == _metric(metrics_text(workers.metrics_port), "nv_inference_request_success", model="simple")
     simple = next(m for m in snapshot["models"] if m["name"] == "simple")
     assert simple["state"] == "loaded" and "simple" in snapshot["loaded_models"]
 
@@ -132,7 +104,7 @@ def test_model_control_reaches_every_replica_before_it_answers(workers: Server) 
         assert all(s == 400 for s, _ in _everywhere(workers, "/v2/models/simple_identity/ready"))
         with pytest.raises(Exception, match="load failed for model 'simple_identity'"):
             client.load_model("simple_identity", config=json.dumps({"max_batch_size": -3}))
-        rows = _everywhere(workers, "/v2/repository/index", b"{}")
+        rows = _everywhere(workers, "/v2/repository/index", {})
         states = {tuple(r.get("state", "") for r in body if r["name"] == "simple_identity") for _, body in rows}
         assert len(states) == 1 and "READY" not in next(iter(states))  # one answer, from every replica
         client.load_model("simple_identity")
@@ -148,21 +120,21 @@ def test_shared_memory_and_trace_settings_reach_every_replica(workers: Server) -
             client.register_system_shared_memory("workers_in", key, 128)
             statuses = _everywhere(workers, "/v2/systemsharedmemory/status")
             assert all([r["name"] for r in body] == ["workers_in"] for _, body in statuses)
-            body = json.dumps({"inputs": [
+            body = {"inputs": [
                 {"name": name, "shape": [1, 16], "datatype": "INT32",
                  "parameters": {"shared_memory_region": "workers_in", "shared_memory_byte_size": 64,
-                                "shared_memory_offset": offset}} for name, offset in (("INPUT0", 0), ("INPUT1", 64))]})
-            answers = _everywhere(workers, "/v2/models/simple/infer", body.encode())
+                                "shared_memory_offset": offset}} for name, offset in (("INPUT0", 0), ("INPUT1", 64))]}
+            answers = _everywhere(workers, "/v2/models/simple/infer", body)
             assert all(s == 200 and b["outputs"][0]["data"] == list(range(1, 17)) for s, b in answers)
             client.unregister_system_shared_memory("workers_in")
             assert all(body == [] for _, body in _everywhere(workers, "/v2/systemsharedmemory/status"))
     finally:
         shm.destroy_shared_memory_region(handle)
-    assert _http(workers, "/v2/trace/setting", json.dumps({"trace_rate": "7"}).encode())[0] == 200
+    assert http_json(workers, "/v2/trace/setting", {"trace_rate": "7"})[0] == 200
     try:
         assert all(body["trace_rate"] == "7" for _, body in _everywhere(workers, "/v2/trace/setting"))
     finally:
-        _http(workers, "/v2/trace/setting", json.dumps({"trace_rate": None}).encode())
+        http_json(workers, "/v2/trace/setting", {"trace_rate": None})
 
 
 def test_a_sequence_over_one_connection_stays_on_its_replica(workers: Server) -> None:
@@ -193,7 +165,7 @@ def test_a_replica_that_dies_is_replaced_and_caught_up(tmp_path: Path) -> None:
             for tensor in inputs:
                 tensor.set_data_from_numpy(np.ones((1, 16), np.int32))
             client.infer("simple", inputs)
-            _wait(lambda: "infer request for model 'simple'" in server.log())
+            wait_until(lambda: "infer request for model 'simple'" in server.log(), "a replica's debug line")
             mine = re.findall(r"\[replica (\d)\] kserve_v2.service.inference_service: infer request", server.log())[-1]
             victim = 1 - int(mine)
             errors: list[Exception] = []
@@ -209,14 +181,15 @@ def test_a_replica_that_dies_is_replaced_and_caught_up(tmp_path: Path) -> None:
             thread = threading.Thread(target=keep_inferring)
             thread.start()
             os.kill(_replica_pids(server)[victim], signal.SIGKILL)
-            _wait(lambda: re.search(rf"replica {victim} \(pid \d+\) was killed by signal 9; starting a replacement",
-                                    server.log()) is not None)
-            _wait(lambda: f"replica {victim} applied the 1 control calls it missed" in server.log())
-            _wait(lambda: _metric(_scrape(server.metrics_port), "kserve_v2_replicas") == 2)
+            wait_until(lambda: re.search(rf"replica {victim} \(pid \d+\) was killed by signal 9; starting a replacement",
+                                         server.log()), "the killed replica replaced")
+            wait_until(lambda: f"replica {victim} applied the 1 control calls it missed" in server.log(),
+                       "the replacement caught up")
+            wait_until(lambda: _metric(metrics_text(server.metrics_port), "kserve_v2_replicas") == 2, "two replicas again")
             done.set()
             thread.join(30)
             assert errors == []  # requests on the other replica went on
-        text = _scrape(server.metrics_port)
+        text = metrics_text(server.metrics_port)
         assert _metric(text, "kserve_v2_replica_restarts_total") == 1
         assert all(s == 200 for s, _ in _everywhere(server, "/v2/models/simple/ready"))
         answers = _everywhere(server, "/v2/models/simple/infer", SIMPLE_BODY)
@@ -233,10 +206,10 @@ def test_poll_mode_changes_reach_every_replica(tmp_path: Path) -> None:
                           "--repository-poll-secs", "0.5")
     try:
         shutil.copytree(EXAMPLES / "simple_identity", repository / "simple_identity")
-        _wait(lambda: _http(server, "/v2/models/simple_identity/ready")[0] == 200)
+        wait_until(lambda: http_json(server, "/v2/models/simple_identity/ready")[0] == 200, "simple_identity ready")
         assert all(s == 200 for s, _ in _everywhere(server, "/v2/models/simple_identity/ready"))
         shutil.rmtree(repository / "simple_identity")
-        _wait(lambda: _http(server, "/v2/models/simple_identity/ready")[0] != 200)
+        wait_until(lambda: http_json(server, "/v2/models/simple_identity/ready")[0] != 200, "simple_identity gone")
         assert all(s != 200 for s, _ in _everywhere(server, "/v2/models/simple_identity/ready"))
         assert server.log().count("poll: model folder 'simple_identity' appeared") == 1  # replica 0 polls for both
     finally:
@@ -261,7 +234,7 @@ def test_replicas_leave_when_the_supervisor_dies(tmp_path: Path) -> None:
             return False
         return True
 
-    _wait(gone)
+    wait_until(gone, "every replica gone")
     assert server.log().count("the supervisor has gone: shutting this replica down") == 2
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -15,47 +13,17 @@ import pytest
 from google.protobuf import text_format
 
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import BatchStrategy, Execution, Parameter
-from kserve_v2.backend.text import TextContract
 from kserve_v2.models.version import open_version
 from kserve_v2.models.warmup import WarmupError, build_samples
 from kserve_v2.protocol.datatypes import BY_V2
-from kserve_v2.protocol.model_spec import ModelSpec, TensorDeclaration
+from kserve_v2.protocol.model_spec import ModelSpec
 from kserve_v2.scheduling.ensemble import EnsembleError, check_config
+from tests.unit.fakes import Doubling
 
 FP32 = BY_V2["FP32"]
 TENSORS = ('input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [2] }] '
            'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [2] }] ')
 NO_ID = "[request id: <id_unknown>] "
-
-
-class Recording:
-    """An executable that records each execution's feeds and thread, and fails when told to."""
-
-    inputs = (TensorDeclaration("INPUT0", FP32, (-1, 2)),)
-    outputs = (TensorDeclaration("OUTPUT0", FP32, (-1, 2)),)
-    on_cuda = False
-    batchable = True
-    threaded = False
-    batching: BatchStrategy | None = None
-    text: TextContract | None = None
-
-    def __init__(self, failure: str = "") -> None:
-        self.calls: list[tuple[str, dict[str, np.ndarray]]] = []
-        self.failure = failure
-        self.closed = False
-        self._lock = threading.Lock()
-
-    def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                parameters: Mapping[str, Parameter], context: object = None) -> Execution:
-        with self._lock:
-            self.calls.append((threading.current_thread().name, feeds))
-        if self.failure:
-            raise ValueError(self.failure)
-        return Execution([feeds["INPUT0"] * 2])
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def config(text: str, instances: int = 1) -> mc.ModelConfig:
@@ -142,7 +110,7 @@ def test_a_file_linking_out_of_the_folder_is_refused(tmp_path: Path) -> None:
 
 def test_each_instance_runs_each_sample_count_times_and_statistics_count_them(tmp_path: Path) -> None:
     """2 instances, count 3: 6 executions on both instance threads; 6 inferences and 6 executions."""
-    executable = Recording()
+    executable = Doubling()
     version = open_version("m", 1, config(warmup(fp32("zero_data: true"), count=3), instances=2), executable,
                            model_dir=tmp_path)
     try:
@@ -158,7 +126,7 @@ def test_each_instance_runs_each_sample_count_times_and_statistics_count_them(tm
 
 def test_a_batch_sample_is_one_execution(tmp_path: Path) -> None:
     """batch_size 3 on a batching model: one execution of 3 rows (3 requests merged), 3 inferences."""
-    executable = Recording()
+    executable = Doubling()
     version = open_version("m", 1, config("max_batch_size: 4 " + warmup(fp32("zero_data: true"), batch_size=3)),
                            executable, model_dir=tmp_path)
     try:
@@ -171,7 +139,7 @@ def test_a_batch_sample_is_one_execution(tmp_path: Path) -> None:
 
 
 def test_a_batch_above_max_batch_size_is_refused_as_tritons_backends_refuse_it(tmp_path: Path) -> None:
-    executable = Recording()
+    executable = Doubling()
     with pytest.raises(WarmupError) as raised:
         open_version("m", 1, config(warmup(fp32("zero_data: true"), batch_size=2)), executable, model_dir=tmp_path)
     assert str(raised.value) == ("failed to run warmup sample 's': batch size 2 for 'm_0_0', max allowed is 0; "
@@ -180,7 +148,7 @@ def test_a_batch_above_max_batch_size_is_refused_as_tritons_backends_refuse_it(t
 
 
 def test_a_failing_execution_fails_the_load_and_closes_the_version(tmp_path: Path) -> None:
-    executable = Recording("boom")
+    executable = Doubling(failure="boom")
     with pytest.raises(WarmupError) as raised:
         open_version("m", 1, config(warmup(fp32("zero_data: true"), count=5, name="zero sample")), executable,
                      model_dir=tmp_path)
@@ -189,7 +157,7 @@ def test_a_failing_execution_fails_the_load_and_closes_the_version(tmp_path: Pat
 
 
 def test_no_model_folder_means_no_warmup() -> None:
-    executable = Recording()
+    executable = Doubling()
     version = open_version("m", 1, config(warmup(fp32("zero_data: true"))), executable)
     try:
         assert executable.calls == [] and version.stats.execution_count == 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -13,38 +12,17 @@ import pytest
 from google.protobuf import text_format
 
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import BatchStrategy, Execution, Parameter
-from kserve_v2.backend.text import TextContract
 from kserve_v2.models.version import open_version
 from kserve_v2.protocol.datatypes import BY_V2
-from kserve_v2.protocol.model_spec import TensorDeclaration
 from kserve_v2.repository.config import ConfigError, read_config
 from kserve_v2.scheduling.base import DirectScheduler
 from kserve_v2.scheduling.dynamic_batcher import DynamicBatcher
 from kserve_v2.scheduling.sequence_batcher import SequenceBatcher
 from kserve_v2.scheduling.sequence_config import SequenceSettings
+from tests.unit.fakes import Doubling
 
 FP32 = BY_V2["FP32"]
 TENSORS = 'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [2] }] output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [2] }] '
-
-
-class Doubling:
-    """An executable of our own backend protocol: OUTPUT0 = 2 * INPUT0."""
-
-    inputs = (TensorDeclaration("INPUT0", FP32, (-1, 2)),)
-    outputs = (TensorDeclaration("OUTPUT0", FP32, (-1, 2)),)
-    on_cuda = False
-    batchable = True
-    threaded = False
-    batching: BatchStrategy | None = None
-    text: TextContract | None = None
-
-    def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
-                parameters: Mapping[str, Parameter], context: object = None) -> Execution:
-        return Execution([feeds["INPUT0"] * 2])
-
-    def close(self) -> None:
-        pass
 
 
 def config(text: str) -> mc.ModelConfig:

@@ -1,0 +1,1 @@
+"""Unit tests of kserve_v2/grpc."""
