@@ -4,7 +4,6 @@ as a version's warmup runs its samples on every instance before it serves."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -49,16 +48,21 @@ def test_one_run_per_instance_thread_at_once() -> None:
 def test_a_failing_run_raises_once_every_run_has_ended() -> None:
     pool = InstancePool("m", 1, 2, Idle())
     ended: list[str] = []
+    failed, returned = threading.Event(), threading.Event()
 
     def work() -> None:
         if threading.current_thread().name.endswith("_0"):
+            failed.set()
             raise ValueError("boom")
-        time.sleep(0.05)
+        failed.wait(10)  # the other run fails first
+        returned.wait(0.2)  # a pool that answered at the failure returns meanwhile (and is caught below)
         ended.append("slow")
 
     try:
         with pytest.raises(ValueError, match="boom"):
             pool.on_each(work)
-        assert ended == ["slow"]
+        seen = list(ended)
+        returned.set()
+        assert seen == ["slow"]
     finally:
         pool.close()
