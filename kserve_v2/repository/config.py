@@ -35,6 +35,9 @@ PLATFORM = "onnxruntime_onnx"
 ENSEMBLE = "ensemble"  # Triton's ensemble platform: steps run other models (kserve_v2.scheduling.ensemble)
 DEFAULT_MAX_BATCH_SIZE = 4
 DEFAULT_CPU_INSTANCES = 2
+# the backends that opt into DEFAULT_CPU_INSTANCES; every other backend's groups default to one instance
+# (Triton core's SetDefaultInstanceCount: "pytorch, OpenVINO ... have high overhead with multiple instances")
+DEFAULT_CPU_INSTANCES_BACKENDS = frozenset({backend.ONNXRUNTIME, "tensorflow"})
 
 
 class ConfigError(Exception):
@@ -191,7 +194,9 @@ def _listing(folder: Path) -> list[str]:
 
 
 def complete_instances(config: mc.ModelConfig, gpus: int) -> None:
-    """Default the version policy and instance groups (in place): one instance per GPU, else two CPU ones.
+    """Default the version policy and instance groups (in place), as Triton's model configuration
+    completes them: a group without a count has one instance (per GPU for KIND_GPU), or two
+    (``DEFAULT_CPU_INSTANCES``) for KIND_CPU under the ONNX Runtime and TensorFlow backends.
 
     Raises:
         ConfigError: GPU instances without a usable GPU (or naming a missing one), or KIND_MODEL.
@@ -206,7 +211,8 @@ def complete_instances(config: mc.ModelConfig, gpus: int) -> None:
         if group.kind == mc.ModelInstanceGroup.KIND_GPU and not group.gpus:
             group.gpus.extend(range(gpus))
         if group.count < 1:
-            group.count = 1 if group.kind == mc.ModelInstanceGroup.KIND_GPU else DEFAULT_CPU_INSTANCES
+            group.count = (DEFAULT_CPU_INSTANCES if group.kind == mc.ModelInstanceGroup.KIND_CPU
+                           and config.backend in DEFAULT_CPU_INSTANCES_BACKENDS else 1)
         if not group.name:
             group.name = f"{config.name}_{index}"
         if group.kind == mc.ModelInstanceGroup.KIND_GPU and (not gpus or any(g >= gpus for g in group.gpus)):

@@ -209,12 +209,16 @@ def test_sequence_controls_are_checked_with_tritons_texts(tmp_path: Path, start:
     assert str(err.value) == message
 
 
-def test_instances_default_to_two_on_cpu_and_one_per_gpu() -> None:
-    config = parse('name: "m"')
+def test_instances_default_to_two_on_cpu_for_onnxruntime_else_one_and_one_per_gpu() -> None:
+    config = parse('name: "m" backend: "onnxruntime"')
     cfg.complete_instances(config, gpus=0)
     assert config.version_policy.latest.num_versions == 1
     group = config.instance_group[0]
-    assert (group.kind, group.count, group.name) == (mc.ModelInstanceGroup.KIND_CPU, cfg.DEFAULT_CPU_INSTANCES, "m_0")
+    assert (group.kind, group.count, group.name) == (mc.ModelInstanceGroup.KIND_CPU, 2, "m_0")
+    for backend in ("python", "text_embedding"):  # Triton: only TensorFlow and ONNX Runtime opt into two
+        other = parse(f'name: "m" backend: "{backend}" instance_group [{{ kind: KIND_CPU }}]')
+        cfg.complete_instances(other, gpus=0)
+        assert other.instance_group[0].count == 1
     gpu = parse('name: "m"')
     cfg.complete_instances(gpu, gpus=2)
     assert (gpu.instance_group[0].kind, list(gpu.instance_group[0].gpus), gpu.instance_group[0].count) == (
