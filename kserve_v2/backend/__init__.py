@@ -23,6 +23,17 @@ scripting), and, for a decoupled model, the ``ResponseStream`` its responses go 
 ``kserve_v2.backend`` is the import path of this seam for backends written outside this
 repository: the names in ``__all__`` (the text contract of ``kserve_v2.backend.text`` and the
 tensor declaration included) are what a backend needs.
+
+Modules:
+
+- ``text``: ``TextContract``, the typed contract of a text model: its inputs, outputs and tokenizer limit.
+- ``decoupled``: ``ResponseStream``, zero, one or many responses to one request (decoupled models).
+- ``local_calls``: ``LocalCalls``, the requests model code sends to other models, and the model control it asks for.
+- ``host``: ``BackendHost``, what a server lends the backends that open its models (custom metrics, local
+  calls, the python backend's settings, the rate limiter).
+- ``custom_metrics``: the metric families model code creates, exported in ``/metrics``.
+- ``cancellation``: cancelling a running execution, from the event loop to the backend's thread.
+- ``rescheduling``: a request a backend hands back to be executed again (iterative sequences).
 """
 
 from __future__ import annotations

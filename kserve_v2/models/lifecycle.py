@@ -3,7 +3,7 @@
 The core (the inference service, the Prometheus collectors, the status reporter) reads and drives
 models only through these Protocols; ``kserve_v2.repository.manager.ModelManager`` provides them
 and the composition root (``kserve_v2.app``) hands it in. The core thus imports nothing from the
-repository (the import contracts in pyproject.toml, docs/architecture.md).
+repository (the import contracts in pyproject.toml, docs/development.md).
 
 Version states are ``State``, with Triton's names (model repository extension, ``RepositoryIndex``):
 READY, UNAVAILABLE, LOADING, UNLOADING.

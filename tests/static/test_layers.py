@@ -1,4 +1,4 @@
-"""Import layers: the import-linter contracts in pyproject.toml hold (docs/architecture.md), and the
+"""Import layers: the import-linter contracts in pyproject.toml hold (docs/development.md), and the
 layers contract names every subpackage, so a new one cannot sit outside the stack.
 
 import-linter reads the source statically; nothing of the server is imported here.

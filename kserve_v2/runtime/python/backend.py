@@ -1,5 +1,5 @@
 """The built-in ``python`` backend: Triton python-backend models run unchanged, in the server's
-own process (Triton's "Python Backend" documentation; no stub process, no shared memory).
+own process by default (Triton's "Python Backend" documentation), or in stub processes (below).
 
 A version is ``<version>/model.py`` (or ``default_model_filename``) defining ``TritonPythonModel``.
 Loading imports it as the module ``model`` of a package that is the version folder (as Triton's stub
