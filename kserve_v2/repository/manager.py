@@ -373,9 +373,6 @@ class ModelManager(ModelRecords):
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 
-    # ---- queries -------------------------------------------------------------------------
-
-
 
 def load_failure(name: str, result: LoadResult) -> str:
     """Triton's text for a load that left nothing new READY (``model_repository_manager.cc`` and
