@@ -63,7 +63,11 @@ def test_comparison_harness_prints_its_table() -> None:
         if "simple_python" in label:  # the python step: ours and Triton's python backend only
             assert ceiling == ours_tc == "-", (label, ceiling, ours_tc)
             continue
-        assert ceiling.split(" (")[0].endswith(unit), (label, ceiling)
+        # perf_analyzer 2.60 itself may run away in memory on 1 MiB tensors over HTTP on a loaded box, and the
+        # harness stops it (benchmarks/perf.py RUNAWAY, twice in a row in one CI run against the do-nothing
+        # server): the table then says so in the peer's cell
+        runaway = "MiB" in label and ceiling == "fails: perf_analyzer exit -9"
+        assert runaway or ceiling.split(" (")[0].endswith(unit), (label, ceiling)
         if "binary" not in label:  # MLServer has no binary tensor extension
             assert ours_tc.split(" (")[0].endswith(unit), (label, ours_tc)
     assert float(rows["grpc simple c=4"][4]) > 0  # ours / ceiling
