@@ -28,7 +28,6 @@ from prometheus_client import CollectorRegistry, ProcessCollector, disable_creat
 from kserve_v2.backend.custom_metrics import CustomMetrics
 from kserve_v2.backend.host import BackendHost
 from kserve_v2.grpc.server import SERVICE_NAME, build_server
-from kserve_v2.models.lifecycle import State
 from kserve_v2.observability.cpu_metrics import CpuCollector
 from kserve_v2.observability.gpu import GpuCollector
 from kserve_v2.observability.log_settings import LogSettings
@@ -148,7 +147,7 @@ class App:
     def _on_change(self) -> None:
         if self.metrics is not None:  # a loaded version's series start at 0, as Triton's
             self.metrics.loaded((record.name, str(version)) for record in self.manager.records()
-                                for version, status in record.versions.items() if status.state is State.READY)
+                                for version in record.ready_numbers())
         if self.group is not None:
             self._report()
         self._on_view()
@@ -209,8 +208,7 @@ class App:
         """Tell the supervisor this replica's readiness and READY versions."""
         if self.group is None:
             return
-        models = {record.name: frozenset(v for v, s in record.versions.items() if s.state is State.READY)
-                  for record in self.manager.records()}
+        models = {record.name: record.ready_numbers() for record in self.manager.records()}
         self.group.report(ReplicaState(self.state.started, InferenceService.is_ready(self.service), models))
 
     async def _drain(self) -> None:
@@ -303,7 +301,7 @@ def _orphaned(stop: asyncio.Event) -> None:
 
 async def _poll_everywhere(group: ReplicaGroup, name: str, present: bool) -> None:
     try:
-        await group.everywhere(Call("poll", (name, present), logged=False))
+        await group.everywhere(Call("poll", (name, present), logged=False, model=name))
     except ServerError as err:  # the next poll tries again
         log.error("poll: could not apply the change of '%s' on every replica: %s", name, err)
 

@@ -139,6 +139,10 @@ class ModelLifecycle(Protocol):
         """Every READY version of every model, by name then version."""
         ...
 
+    def ready_numbers(self, name: str) -> frozenset[int]:
+        """The numbers of ``name``'s READY versions (none for an unknown model)."""
+        ...
+
     def acquire(self, name: str, version: str) -> AbstractContextManager[ModelVersion]:
         """Resolve and hold a version for the duration of a request."""
         ...

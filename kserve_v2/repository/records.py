@@ -45,6 +45,10 @@ class ModelRecord:
     memory_bytes: int = 0  # resident memory the last successful load added
     kept: KeptConfig | None = None  # a config override the loads without parameters keep (Triton's rule)
 
+    def ready_numbers(self) -> frozenset[int]:
+        """The numbers of the versions in state READY."""
+        return frozenset(v for v, status in self.versions.items() if status.state is State.READY)
+
 
 @dataclass(frozen=True)
 class IndexEntry:
@@ -161,6 +165,11 @@ class ModelRecords:
             config = None
         self._stored[folder] = (key, config)
         return config
+
+    def ready_numbers(self, name: str) -> frozenset[int]:
+        """The numbers of ``name``'s READY versions (none for an unknown model)."""
+        record = self._records.get(name)
+        return record.ready_numbers() if record is not None else frozenset()
 
     def knows(self, name: str) -> bool:
         """Whether ``name`` has a record (loaded, loading, failed or unloaded)."""

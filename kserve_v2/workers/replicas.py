@@ -49,12 +49,14 @@ class Call:
             replica replays: a later call with the same key replaces an earlier one; None: kept.
         logged: whether a restarted replica must replay it (model control and settings are; a poll
             change is not, since a new replica reads the repository as it is).
+        model: the model whose readiness the call may change (``ReplicaGroup.changed``).
     """
 
     kind: str
     payload: Any = None
     key: str | None = None
     logged: bool = True
+    model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,12 +101,15 @@ class GroupView:
             way): not ready as one server.
         replicas: replicas serving.
         restarts: replicas restarted after they died, since the server started.
+        changing: the model of the control call under way on the group (``Call.model``), from
+            before any replica applies it until every replica has.
     """
 
     ready: bool = False
     unsettled: frozenset[str] = frozenset()
     replicas: int = 0
     restarts: int = 0
+    changing: str | None = None
 
 
 def as_server_error(err: BaseException) -> ServerError:
@@ -224,6 +229,8 @@ class ReplicaGroup:
         self._handlers: dict[str, Handler] = {}
         self._link = Link(self._serve, self._notice)
         self._reader: asyncio.Task[None] | None = None
+        self._versions: Callable[[str], frozenset[int]] = lambda _: frozenset()
+        self._before: tuple[str, frozenset[int]] | None = None  # the changing model's READY versions before
 
     def start(self) -> None:
         """Start reading the link (on the running loop); ``on_lost`` is called when it closes (the
@@ -235,6 +242,18 @@ class ReplicaGroup:
         """Apply calls of ``kind`` with ``handler(payload)``, which returns its value or an
         ``Outcome`` (for calls that can be taken back: ``Outcome.undo``)."""
         self._handlers[kind] = handler
+
+    def track(self, versions: Callable[[str], frozenset[int]]) -> None:
+        """Read this replica's READY versions of a model with ``versions(name)`` (for ``changed``)."""
+        self._versions = versions
+
+    def changed(self, name: str) -> bool:
+        """Whether this replica has already applied a control call that changes ``name``'s READY
+        versions while the group's call is still under way: the supervisor learns of it only
+        afterwards, so until every replica has applied it the model is not ready as one server."""
+        before = self._before
+        return (before is not None and before[0] == name == self.view.changing
+                and self._versions(name) != before[1])
 
     async def everywhere(self, call: Call) -> Any:
         """Apply ``call`` on every replica, one control call at a time for the whole group; returns
@@ -268,6 +287,8 @@ class ReplicaGroup:
         if kind != "apply":
             raise InternalError(f"a replica cannot answer '{kind}'")
         call: Call = payload
+        if call.model is not None:
+            self._before = (call.model, self._versions(call.model))
         handler = self._handlers.get(call.kind)
         if handler is None:
             return Outcome(error=InternalError(f"this replica has no handler for '{call.kind}'"))

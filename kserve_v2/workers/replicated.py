@@ -69,15 +69,15 @@ class ReplicatedExtensions(TritonExtensions):
 
     async def repository_model_load(self, request: pb.RepositoryModelLoadRequest) -> pb.RepositoryModelLoadResponse:
         self.require_explicit()  # refused here: no replica need be asked
-        response: pb.RepositoryModelLoadResponse = await self._everywhere(
-            "repository_model_load", request, f"model:{requested_model(request)}")
+        name = requested_model(request)
+        response: pb.RepositoryModelLoadResponse = await self._model_control("repository_model_load", request, name)
         return response
 
     async def repository_model_unload(self, request: pb.RepositoryModelUnloadRequest
                                       ) -> pb.RepositoryModelUnloadResponse:
         self.require_explicit()
-        response: pb.RepositoryModelUnloadResponse = await self._everywhere(
-            "repository_model_unload", request, f"model:{requested_model(request)}")
+        name = requested_model(request)
+        response: pb.RepositoryModelUnloadResponse = await self._model_control("repository_model_unload", request, name)
         return response
 
     async def system_shared_memory_register(self, request: pb.SystemSharedMemoryRegisterRequest
@@ -104,8 +104,11 @@ class ReplicatedExtensions(TritonExtensions):
         response: pb.LogSettingsResponse = await self._everywhere("log_settings", request)
         return response
 
-    async def _everywhere(self, method: str, request: Any, key: str | None = None) -> Any:
-        return await self._group.everywhere(Call(CONTROL, (method, request), key))
+    async def _everywhere(self, method: str, request: Any, key: str | None = None, model: str | None = None) -> Any:
+        return await self._group.everywhere(Call(CONTROL, (method, request), key, model=model))
+
+    async def _model_control(self, method: str, request: Any, name: str) -> Any:
+        return await self._everywhere(method, request, f"model:{name}", name)
 
     async def _apply(self, payload: tuple[str, Any]) -> Outcome:
         """One replica's part of a control call: ``TritonExtensions``' own method, and its undo."""
@@ -145,6 +148,7 @@ class ReplicatedService(InferenceService):
                          offload, extensions=partial(ReplicatedExtensions, group), cache=cache)
         self._group = group
         group.handle("statistics", self._local_statistics)
+        group.track(manager.ready_numbers)
 
     def is_ready(self) -> bool:
         """Ready when this replica and every other one are (``GroupView.ready``)."""
@@ -157,7 +161,7 @@ class ReplicatedService(InferenceService):
     def model_ready(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
         """Ready on this replica, and READY in the same versions on every replica."""
         response = super().model_ready(request)
-        if request.name in self._group.view.unsettled:
+        if request.name in self._group.view.unsettled or self._group.changed(request.name):
             response.ready = False
         return response
 

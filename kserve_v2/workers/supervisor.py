@@ -110,6 +110,7 @@ class Supervisor:
         self._replicas: dict[int, _Replica] = {}
         self._log = ControlLog()
         self._view = GroupView()
+        self._changing: str | None = None  # the model of the control call under way (``Call.model``)
         self._restarts = 0
         self._stopping = False
         self._exit_code = 0
@@ -254,21 +255,31 @@ class Supervisor:
             targets = self._members()
             if not targets:
                 return Outcome(error=Unavailable("no replica is serving"))
-            outcomes = [o for o in await self._apply(targets, call) if o is not None]
-            self._log.add(call)
-            failed = [o for o in outcomes if o.error is not None]
-            succeeded = [o for o in outcomes if o.error is None]
-            if not failed or not succeeded:
-                return (failed or outcomes or [Outcome(error=Unavailable("no replica is serving"))])[0]
-            undo: list[Call] = []
-            for outcome in succeeded:
-                undo += [c for c in outcome.undo if c not in undo]
-            log.warning("'%s' failed on %d of %d replicas (%s); taking it back on every replica", call.kind,
-                        len(failed), len(outcomes), failed[0].error)
-            for back in undo:
-                await self._apply(self._members(), back)
-                self._log.add(back)
-            return failed[0]
+            # the view naming the model goes out before the call on each link (``ReplicaGroup.changed``)
+            self._changing = call.model
+            self._publish()
+            try:
+                return await self._apply_everywhere(targets, call)
+            finally:
+                self._changing = None
+                self._publish()
+
+    async def _apply_everywhere(self, targets: list[_Replica], call: Call) -> Outcome:
+        outcomes = [o for o in await self._apply(targets, call) if o is not None]
+        self._log.add(call)
+        failed = [o for o in outcomes if o.error is not None]
+        succeeded = [o for o in outcomes if o.error is None]
+        if not failed or not succeeded:
+            return (failed or outcomes or [Outcome(error=Unavailable("no replica is serving"))])[0]
+        undo: list[Call] = []
+        for outcome in succeeded:
+            undo += [c for c in outcome.undo if c not in undo]
+        log.warning("'%s' failed on %d of %d replicas (%s); taking it back on every replica", call.kind,
+                    len(failed), len(outcomes), failed[0].error)
+        for back in undo:
+            await self._apply(self._members(), back)
+            self._log.add(back)
+        return failed[0]
 
     async def _gather(self, origin: _Replica, call: Call) -> list[Outcome]:
         targets = self._members()
@@ -298,7 +309,7 @@ class Supervisor:
         names = {name for r in members for name in r.state.models}
         unsettled = frozenset(name for name in names
                               if len({r.state.models.get(name, frozenset()) for r in members}) > 1)
-        view = GroupView(ready, unsettled, len(members), self._restarts)
+        view = GroupView(ready, unsettled, len(members), self._restarts, self._changing)
         if view != self._view:
             self._view = view
             for replica in self._replicas.values():

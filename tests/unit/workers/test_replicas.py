@@ -185,6 +185,42 @@ def test_a_call_reaches_every_replica_and_a_split_outcome_is_taken_back() -> Non
     asyncio.run(run())
 
 
+def test_a_replica_that_applied_a_model_change_first_holds_it_unready_until_every_replica_has() -> None:
+    async def run() -> None:
+        supervisor, replicas = _group(("", ""))
+        readers = [asyncio.create_task(r.link.run(r.sock)) for r in supervisor._replicas.values()]  # type: ignore[union-attr]
+        release = asyncio.Event()
+        applied = asyncio.Event()
+
+        async def slow(payload: tuple[str, str]) -> Outcome:
+            await release.wait()
+            return await replicas[1].apply(payload)
+
+        async def fast(payload: tuple[str, str]) -> Outcome:
+            outcome = await replicas[0].apply(payload)
+            applied.set()
+            return outcome
+
+        replicas[0].group.handle("control", fast)
+        replicas[1].group.handle("control", slow)
+        for replica in replicas:
+            replica.group.track(lambda name, r=replica: frozenset({1}) if name in r.names else frozenset())
+            replica.group.start()
+            await replica.group.join()
+        call = asyncio.create_task(replicas[0].group.everywhere(Call("control", ("add", "m"), "n:m", model="m")))
+        await applied.wait()
+        assert replicas[0].group.changed("m")  # loaded here; the supervisor has not heard back from replica 1
+        assert not replicas[0].group.changed("other") and not replicas[1].group.changed("m")
+        release.set()
+        assert await call == "m"
+        await asyncio.sleep(0.05)
+        assert replicas[0].group.view.changing is None and not replicas[0].group.changed("m")
+        for task in readers:
+            task.cancel()
+
+    asyncio.run(run())
+
+
 # ---- CPUs for --workers auto ---------------------------------------------------------------------
 
 
