@@ -38,11 +38,11 @@ from kserve_v2.backend import Backend, BackendHost
 from kserve_v2.runtime.onnx import confined_file
 from kserve_v2.runtime.python import pb_utils
 from kserve_v2.runtime.python.config import ModelConfig, complete, config_json
-from kserve_v2.runtime.python.model import PythonModel, running_as, text_of
-from kserve_v2.runtime.python.pb_utils import Running
+from kserve_v2.runtime.python.executing import import_model_class, package_of, running_as, text_of
+from kserve_v2.runtime.python.in_process import InProcessHost
+from kserve_v2.runtime.python.model import PythonModel
 from kserve_v2.runtime.python.environments import PARAMETER, open_environment
 from kserve_v2.runtime.python.process import EXECUTION_MODE, IN_PROCESS, ProcessModel, execution_mode
-from kserve_v2.runtime.python.stub import import_model_class
 
 # model.py imports it by Triton's name
 sys.modules.setdefault("triton_python_backend_utils", pb_utils)
@@ -81,26 +81,28 @@ def open_python(model_dir: Path, version: int, config: mc.ModelConfig, host: Bac
     if not in_process:
         model = ProcessModel(path, config.name, host, environment)
         try:
-            return _opened(model, model.completes, path, model_dir, version, config, host)
+            return _opened(model, model.completes, path, model_dir, version, config, host, None)
         finally:
             model.discard()
     sys.argv = list(STUB_ARGV)  # model code (unittest.main, argparse) never sees the server's command line
     model_class = import_model_class(path, config.name)
-    return _opened(model_class, hasattr(model_class, "auto_complete_config"), path, model_dir, version, config, host)
+    return _opened(model_class, hasattr(model_class, "auto_complete_config"), path, model_dir, version, config, host,
+                   package_of(model_class))
 
 
 def _opened(model_class: Any, completes: bool, path: Path, model_dir: Path, version: int,
-            config: mc.ModelConfig, host: BackendHost) -> PythonModel:
-    """Auto-complete ``config`` with ``model_class`` (when ``completes``) and initialize its instances."""
+            config: mc.ModelConfig, host: BackendHost, package: str | None) -> PythonModel:
+    """Auto-complete ``config`` with ``model_class`` (when ``completes``) and initialize its instances
+    (``package``: what the model file was imported as, in process)."""
     folder = str(path.parent)
     if completes:
-        with running_as(Running(folder, None, (), host=host)):
+        with running_as(InProcessHost(folder, None, (), host=host)):
             try:
                 completed = model_class.auto_complete_config(ModelConfig(config_json(config)))
             except (Exception, SystemExit) as err:  # noqa: BLE001 - the load failure reason
                 raise ValueError(f"auto_complete_config of python model '{config.name}' failed: {text_of(err)}") from None
         complete(config, completed)
-    return PythonModel(model_class, config, model_dir, version, folder, host)
+    return PythonModel(model_class, config, model_dir, version, folder, host, package)
 
 
 BACKEND = Backend(open_python)

@@ -11,8 +11,7 @@ import inspect
 import logging
 import threading
 from collections import deque
-from collections.abc import Hashable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,10 @@ from kserve_v2.protocol.model_spec import TensorDeclaration
 from kserve_v2.protocol.reserved import SCHEDULING_PARAMETERS
 from kserve_v2.runtime.python import pb_utils
 from kserve_v2.runtime.python.config import config_json
-from kserve_v2.runtime.python.pb_utils import RUNNING, InferenceResponseSender, Running, received
+from kserve_v2.runtime.python.executing import (InstanceFailure, awaited_as, check_returned, running_as,
+                                                serve_loop, text_of)
+from kserve_v2.runtime.python.in_process import InProcessHost
+from kserve_v2.runtime.python.pb_utils import InferenceResponseSender, received
 from kserve_v2.runtime.python.tensors import InferenceResponse, Tensor, TritonError, TritonModelException
 
 log = logging.getLogger(__name__)
@@ -41,43 +43,6 @@ _KINDS = {mc.ModelInstanceGroup.KIND_GPU: "GPU", mc.ModelInstanceGroup.KIND_MODE
 # Triton's ResponseSender texts (python_backend src/response_sender.cc)
 MORE_THAN_ONE = "Unable to send response. Non-decoupled model cannot send more than one response."
 FINAL_FIRST = "Unable to send response. Non-decoupled model cannot send complete final before sending a response."
-
-
-def text_of(err: BaseException) -> str:
-    """An exception as model code's errors are reported: its type and message (never a traceback)."""
-    if isinstance(err, ModelCodeError):
-        return err.text
-    if isinstance(err, _Exited) and isinstance(err.__cause__, SystemExit):
-        err = err.__cause__
-    return f"{type(err).__name__}: {err}"
-
-
-class ModelCodeError(Exception):
-    """An exception model code raised in another process (``EXECUTION_MODE`` ``process``), as that
-    process reported it: ``text`` is its ``text_of`` there."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-
-class InstanceFailure(Exception):
-    """An instance could not run an execution at all (its stub process died): the message is the
-    requests' whole error text (Triton's "Failed to process the request(s) for model instance ...")."""
-
-
-class _Exited(Exception):
-    """A ``SystemExit`` that model code raised on its instance's event loop, which must go on running."""
-
-
-@contextmanager
-def running_as(now: Running) -> Iterator[None]:
-    """Model code runs as ``now`` (``pb_utils.get_model_dir``, its BLS calls) within the block."""
-    token = pb_utils.enter(now)
-    try:
-        yield
-    finally:
-        RUNNING.reset(token)
 
 
 def declarations(config: mc.ModelConfig) -> tuple[tuple[TensorDeclaration, ...], tuple[TensorDeclaration, ...]]:
@@ -109,7 +74,9 @@ def declarations(config: mc.ModelConfig) -> tuple[tuple[TensorDeclaration, ...],
 class PythonModel:
     """One version of a python model: its instances (``TritonPythonModel`` objects) and how a request
     reaches them; the ``python`` backend's ``Executable`` (see the module docstring). ``host``: the server
-    that opened it; its model code runs with it (``Running.host``: custom metrics, the model loading API)."""
+    that opened it; its model code runs with it (``InProcessHost.host``: custom metrics, the model
+    loading API). ``package``: what ``executing.import_model_class`` imported the model file as (in
+    process): the threads the model starts run as its latest execute (``pb_utils.register``)."""
 
     batchable = False
     threaded = True
@@ -117,7 +84,7 @@ class PythonModel:
     text: TextContract | None = None
 
     def __init__(self, model_class: Any, config: mc.ModelConfig, model_dir: Path, version: int, folder: str,
-                 host: BackendHost) -> None:
+                 host: BackendHost, package: str | None = None) -> None:
         self.name = config.name
         self.inputs, self.outputs = declarations(config)
         self.batching = PythonBatching(self)
@@ -131,6 +98,10 @@ class PythonModel:
         self._loops: dict[str, asyncio.AbstractEventLoop] = {}
         self._owner = object()  # the custom metric families the version creates are its (released at close)
         self._host = host
+        self._version = self._latest = InProcessHost(folder, None, (), self._owner, host)
+        self._package = package
+        if package is not None:
+            pb_utils.register(package, lambda: self._latest)
         text = config_json(config)
         for group in config.instance_group:
             for index in range(group.count):
@@ -140,7 +111,7 @@ class PythonModel:
                         "model_instance_name": instance_name, "model_instance_device_id": str(device),
                         "model_repository": str(model_dir), "model_version": str(version), "model_name": config.name}
                 instance = model_class()
-                with running_as(Running(folder, None, (), self._owner, host)):
+                with running_as(self._version):
                     try:
                         if hasattr(instance, "initialize"):
                             instance.initialize(args)
@@ -177,17 +148,17 @@ class PythonModel:
         # the sequence batcher binds a sequence to one instance (its lane), as Triton's does: its state stays there
         instance, instance_name = self._free.get(next((c.instance for c in contexts if c.instance is not None), None))
         try:
-            now = Running(self._folder, calls, callers, self._owner, self._host)
+            now = self._latest = InProcessHost(self._folder, calls, callers, self._owner, self._host)
             with running_as(now):
                 returned = instance.execute(requests)
             if inspect.iscoroutine(returned):
-                returned = self._run_coroutine(_as(now, returned), instance_name, answers)
+                returned = self._run_coroutine(awaited_as(now, returned), instance_name, answers)
             if self.decoupled and returned is not None:
                 raise TritonModelException(f"Python model '{instance_name}' is using the decoupled mode and the "
                                            "execute function must return None.")
             again = [pb_utils.rescheduled(request) for request in requests]
             if not self.decoupled and returned is not None:
-                _check_returned(returned, again)
+                check_returned(returned, again)
         except (Exception, SystemExit) as err:  # noqa: BLE001 - the execution's requests fail; the model serves on
             log.error("python model '%s' failed to execute", instance_name, exc_info=err)
             failure = InternalError(str(err) if isinstance(err, InstanceFailure) else
@@ -276,12 +247,12 @@ class PythonModel:
         loop = self._loops.get(instance_name)
         if loop is None:
             loop = self._loops[instance_name] = asyncio.new_event_loop()
-            threading.Thread(target=_serve, args=(loop,), name=f"python-{instance_name}-loop", daemon=True).start()
+            threading.Thread(target=serve_loop, args=(loop,), name=f"python-{instance_name}-loop", daemon=True).start()
         return loop
 
     def close(self) -> None:
         """Call each instance's ``finalize`` (errors are logged) and close the instance threads' loops."""
-        with running_as(Running(self._folder, None, (), self._owner, self._host)):
+        with running_as(self._version):
             for instance, instance_name in self._instances:
                 if hasattr(instance, "finalize"):
                     try:
@@ -289,51 +260,12 @@ class PythonModel:
                     except (Exception, SystemExit) as err:  # noqa: BLE001 - unloading goes on
                         log.error("finalize of python model '%s' failed", instance_name, exc_info=err)
         self._instances.clear()
+        if self._package is not None:
+            pb_utils.unregister(self._package)
         self._host.custom_metrics.release(self._owner)  # its metric families go with it (Triton's python backend)
         for loop in self._loops.values():
             loop.call_soon_threadsafe(loop.stop)
         self._loops.clear()
-
-
-async def _as(now: Running, coroutine: Any) -> Any:
-    """``coroutine`` awaited as model code running as ``now`` (in its task's context, and the tasks it starts)."""
-    pb_utils.enter(now)
-    try:
-        return await coroutine
-    except SystemExit as err:  # it would stop the loop: it fails the execution instead
-        raise _Exited(str(err)) from err
-
-
-def _serve(loop: asyncio.AbstractEventLoop) -> None:
-    """Run an instance's event loop until the version unloads (``PythonModel.close`` stops it)."""
-    asyncio.set_event_loop(loop)
-    try:
-        loop.run_forever()
-    finally:
-        loop.close()
-
-
-def _check_returned(returned: Any, again: Sequence[bool]) -> None:
-    """What a model answered once returns from ``execute``: a list with a response per request, None
-    for each request it rescheduled (``again``).
-
-    Raises:
-        TritonModelException: Triton's texts for anything else (python_backend's ``pb_stub.cc``).
-    """
-    count = len(again)
-    if not isinstance(returned, list):
-        raise TritonModelException(f"Expected a list in the execute return, found type '{type(returned).__name__}'.")
-    if len(returned) != count:
-        raise TritonModelException("Number of InferenceResponse objects do not match the number of InferenceRequest "
-                                   f"objects. InferenceRequest(s) size is:{count}, and InferenceResponse(s) size "
-                                   f"is:{len(returned)}")
-    for response, rescheduled in zip(returned, again, strict=True):
-        if response is not None and rescheduled:
-            raise TritonModelException("Expected a None object in the execute function return list for reschduled "
-                                       f"request, found type '{type(response).__name__}'.")
-        if response is not None and not isinstance(response, InferenceResponse):
-            raise TritonModelException("Expected an 'InferenceResponse' object in the execute function return list, "
-                                       f"found type '{type(response).__name__}'.")
 
 
 class _Answer:

@@ -1,48 +1,42 @@
 """``triton_python_backend_utils`` for python models run by this server (Triton's python backend
-API, its "Python Backend" documentation): the module a ``model.py`` imports as ``pb_utils``.
+API, its "Python Backend" documentation): the module a ``model.py`` imports as ``pb_utils``, the same
+module in the server's process and in a stub process.
 
-``kserve_v2.runtime.python.backend`` registers it under that name. Requests, responses and tensors
-are plain Python objects over numpy arrays (no stub process, no shared memory); a request a model
-builds itself (business logic scripting) runs through the server's one inference call
-(``kserve_v2.backend.local_calls``) with ``exec`` or ``async_exec``; a decoupled model answers through
-``InferenceRequest.get_response_sender``. A model's ``MetricFamily`` series are exported in the
-server's ``/metrics`` (``kserve_v2.backend.custom_metrics``); ``load_model``, ``unload_model`` and
-``is_model_ready`` are the server's model repository calls (``LocalCalls``). The server is the one
-that loaded the running model: model code's calls take no such argument, so they find it through
-what the model runs as (``Running.host``, the ``BackendHost`` its version was opened with; ``RUNNING``,
-or in a thread the model started the last execute's). Names, signatures, constants and error texts
-are Triton's.
+``kserve_v2.runtime.python.backend`` and the stub register it under that name. Requests, responses
+and tensors are plain Python objects over numpy arrays. What model code asks of the server that runs
+it goes through one seam, ``ModelHost``: business logic scripting (``InferenceRequest.exec`` and
+``async_exec``), custom metrics (``MetricFamily``), the model loading API (``load_model``,
+``unload_model``, ``is_model_ready``) and the model's folder (``get_model_dir``). The host of the
+code running now is ``running()``: the one the backend set around ``initialize``, ``execute`` and
+``finalize`` (``RUNNING``), or, in a thread the model started, the latest one of the model whose code
+the thread runs (``register``). In the server's process it is ``kserve_v2.runtime.python.in_process.InProcessHost``;
+in a stub process, the stub's, which asks the server. A decoupled model answers through
+``InferenceRequest.get_response_sender``. Names, signatures, constants and error texts are Triton's.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import abc
 import enum
 import json
 import logging
-import queue
 import struct
-import time
+import sys
 from collections.abc import Callable, Iterator, Sequence
-from contextvars import ContextVar, Token
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from types import FrameType
+from typing import Any, Protocol
 
 import numpy as np
 
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.backend import Parameter
-from kserve_v2.backend.custom_metrics import CustomMetric, MetricError, MetricKind
-from kserve_v2.backend.decoupled import Streamed
-from kserve_v2.backend.host import BackendHost
-from kserve_v2.backend.local_calls import LocalCalls
-from kserve_v2.codec.messages import InferRequest, RequestedOutput, RequestHeader, parameter
-from kserve_v2.protocol.errors import Unavailable
-from kserve_v2.protocol.reserved import TIMEOUT_EXPIRED
+from kserve_v2.backend.custom_metrics import MetricError, MetricKind
 from kserve_v2.runtime.python.config import ModelConfig, tensor_config
 from kserve_v2.runtime.python.tensors import (TRITON_TYPES, InferenceResponse, MemoryType, Tensor, TritonError,
-                                              TritonModelException, add_input, binding_type_error, is_text,
-                                              numpy_to_triton_type, response_of, tensor_list, text)
+                                              TritonModelException, binding_type_error, is_text, numpy_to_triton_type,
+                                              tensor_list, text)
 
 __all__ = ["InferenceResponse", "ModelConfig", "Tensor", "TritonError", "TritonModelException", "numpy_to_triton_type"]
 
@@ -69,25 +63,93 @@ class PreferredMemory:
     preferred_device_id: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Running:
-    """What model code running now may use: its model's folder, the server's calls, and the models
-    its requests' callers wait in (``kserve_v2.backend.local_calls``), the loaded version, and the
-    server that loaded it (``host``: its custom metrics and, outside a request, its calls; None in a
-    stub process, whose pb_utils asks the server)."""
+class MetricHandle(Protocol):
+    """One series of a custom metric family, as the host keeps it: each operation raises
+    ``MetricError`` with Triton's text when the family's kind has not that operation."""
+
+    def increment(self, value: float) -> None: ...
+
+    def set(self, value: float) -> None: ...
+
+    def observe(self, value: float) -> None: ...
+
+    def value(self) -> float: ...
+
+
+class FamilyHandle(Protocol):
+    """A custom metric family as the host keeps it."""
+
+    def metric(self, labels: dict[str, str], buckets: Sequence[float] | None) -> MetricHandle:
+        """Its series with ``labels`` (``buckets``: a histogram's upper bounds).
+
+        Raises:
+            MetricError: missing or unexpected buckets (Triton's texts).
+        """
+        ...
+
+
+class ModelHost(abc.ABC):
+    """What model code may ask of the server that runs it: the one seam between ``pb_utils`` and a
+    server. ``model_dir``: the folder of the version whose code runs (where its ``model.py`` is).
+
+    Every method raises ``TritonModelException`` (or ``MetricError`` for the metric ones) with the
+    text the model sees; ``pb_utils`` adds Triton's prefixes ("Failed to load model: ...")."""
 
     model_dir: str
-    calls: LocalCalls | None
-    callers: tuple[str, ...]
-    owner: object = None  # the loaded version (its custom metric families go when it unloads); None: none
-    host: BackendHost | None = None
+
+    @abc.abstractmethod
+    def infer(self, request: InferenceRequest) -> InferenceResponse:
+        """Run a request the model built (``InferenceRequest.exec``) and wait: its response, an
+        error being the response's (a ``timeout`` that expires first: "Request timeout expired").
+
+        Raises:
+            TritonModelException: not during ``execute`` nor in a thread after one (``BLS_OUTSIDE_EXECUTE``).
+        """
+
+    async def infer_async(self, request: InferenceRequest) -> InferenceResponse:
+        """``infer`` for an ``async def execute``, without blocking its event loop."""
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(None, self.infer, request)
+
+    @abc.abstractmethod
+    def stream(self, request: InferenceRequest) -> ResponseIterator:
+        """Run a request to a decoupled model (``exec(decoupled=True)``): its responses, once the
+        first one came.
+
+        Raises:
+            TritonModelException: as ``infer``.
+        """
+
+    @abc.abstractmethod
+    def metric_family(self, name: str, description: str, kind: MetricKind) -> FamilyHandle:
+        """Create (or find) a custom metric family, owned by the running version (it goes when that
+        unloads).
+
+        Raises:
+            MetricError: a name another kind has; outside ``initialize``, ``execute`` or ``finalize``.
+        """
+
+    @abc.abstractmethod
+    def load_model(self, request: pb.RepositoryModelLoadRequest) -> None:
+        """The repository's load, waited for."""
+
+    @abc.abstractmethod
+    def unload_model(self, request: pb.RepositoryModelUnloadRequest) -> None:
+        """The repository's unload; waited for unless a request of the model waits in this call."""
+
+    @abc.abstractmethod
+    def is_model_ready(self, request: pb.ModelReadyRequest) -> bool:
+        """ModelReady."""
 
 
-# set by the backend around initialize, execute and finalize (threads a model starts see the last execute)
-RUNNING: ContextVar[Running | None] = ContextVar("kserve_v2_python_running", default=None)
-_last: list[Running] = []
+# set by the backend around initialize, execute and finalize (``kserve_v2.runtime.python.executing.running_as``)
+RUNNING: ContextVar[ModelHost | None] = ContextVar("kserve_v2_python_running", default=None)
+# a loaded model's package (``executing.import_model_class``) -> its latest host, for the threads it starts
+_models: dict[str, Callable[[], ModelHost]] = {}
 # Triton's text for a BLS request outside execute (python_backend src/infer_request.cc)
 BLS_OUTSIDE_EXECUTE = "BLS is only supported during the 'execute' function."
+NOT_IN_A_MODEL = "no python model is executing: this call is only available inside a model"
 # the one overload of Triton's InferenceRequest binding (python_backend src/pb_stub.cc), in pybind11's TypeError
 _REQUEST_SIGNATURE = ("c_python_backend_utils.InferenceRequest(request_id: str = '', correlation_id: object = 0, "
                       "inputs: List[c_python_backend_utils.Tensor], requested_output_names: List[str], model_name: str, "
@@ -96,26 +158,36 @@ _REQUEST_SIGNATURE = ("c_python_backend_utils.InferenceRequest(request_id: str =
                       "parameters: object = None)")
 
 
-def enter(now: Running) -> Token[Running | None]:
-    """Model code runs as ``now`` from here (``RUNNING``; reset it with the token). An execute's
-    ``Running`` (one with the server's calls) is also what threads the model starts run as."""
-    if now.calls is not None:
-        _last[:] = [now]
-    return RUNNING.set(now)
+def register(package: str, latest: Callable[[], ModelHost]) -> None:
+    """Threads running code of the model imported as ``package`` run as ``latest()`` (its latest
+    execute's host, or its version's before any): threads do not inherit ``RUNNING``."""
+    _models[package] = latest
 
 
-def running() -> Running:
-    """The model code's ``Running`` (in a thread the model started: the last one set).
+def unregister(package: str) -> None:
+    """The model imported as ``package`` has unloaded."""
+    _models.pop(package, None)
+
+
+def running() -> ModelHost:
+    """The host of the model code running now: ``RUNNING``, else (a thread the model started) the
+    latest host of the model whose code is on the thread's stack, else that of the only model loaded.
 
     Raises:
-        TritonModelException: no python model has run yet.
+        TritonModelException: no python model's code is running here.
     """
     current = RUNNING.get()
     if current is not None:
         return current
-    if not _last:
-        raise TritonModelException("no python model is executing: this call is only available inside a model")
-    return _last[0]
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        latest = _models.get(str(frame.f_globals.get("__name__", "")).partition(".")[0])
+        if latest is not None:
+            return latest()
+        frame = frame.f_back
+    if len(_models) == 1:
+        return next(iter(_models.values()))()
+    raise TritonModelException(NOT_IN_A_MODEL)
 
 
 class InferenceResponseSender:
@@ -257,41 +329,7 @@ class InferenceRequest:
         the model sent the final flag alone). A ``timeout`` (microseconds, Triton's python backend
         README) that expires first cancels the request and answers Triton's "Request timeout expired"
         (``TritonError.UNAVAILABLE``); the request also carries it as its ``timeout`` parameter (the
-        callee's queue policy reads it)."""
-        calls, message, callers = self._sending()
-        if decoupled:
-            return _ResponseIterator(calls, message, callers, self._timeout)
-        future = calls.infer(message, callers)
-        try:
-            return response_of(future.result(self._timeout / 1e6 if self._timeout > 0 else None))
-        except concurrent.futures.TimeoutError:
-            future.cancel()  # the callee's request is cancelled
-            return InferenceResponse(error=TritonError.of(Unavailable(TIMEOUT_EXPIRED)))
-        except Exception as err:  # noqa: BLE001 - Triton answers a failed BLS request with an error response
-            return InferenceResponse(error=TritonError.of(err))
-
-    async def async_exec(self, decoupled: bool = False) -> Any:
-        """``exec`` for an ``async def execute``: awaits the response (or, with ``decoupled``, the
-        iterator of the responses) without blocking the model's other coroutines."""
-        import asyncio
-
-        calls, message, callers = self._sending()
-        if decoupled:  # the iterator waits for the first response: on a worker thread, not the model's loop
-            return await asyncio.get_running_loop().run_in_executor(None, _ResponseIterator, calls, message, callers,
-                                                                    self._timeout)
-        future = calls.infer(message, callers)
-        try:
-            return response_of(await asyncio.wait_for(asyncio.wrap_future(future),
-                                                      self._timeout / 1e6 if self._timeout > 0 else None))
-        except TimeoutError:
-            future.cancel()
-            return InferenceResponse(error=TritonError.of(Unavailable(TIMEOUT_EXPIRED)))
-        except Exception as err:  # noqa: BLE001 - as exec
-            return InferenceResponse(error=TritonError.of(err))
-
-    def _sending(self) -> tuple[LocalCalls, InferRequest, tuple[str, ...]]:
-        """What a BLS send needs: the server's local calls, this request as a V2 request, and the
-        models already on the calling chain (the depth guard's input).
+        callee's queue policy reads it).
 
         Raises:
             TritonModelException: in ``initialize``, ``auto_complete_config`` or ``finalize``, or in a
@@ -299,31 +337,34 @@ class InferenceRequest:
                 during the 'execute' function."). Threads the model started may send after execute
                 returned, as in Triton.
         """
-        now = RUNNING.get()
-        if now is None:  # a thread the model started: it runs as the last execute
-            now = _last[0] if _last else None
-        if now is None or now.calls is None:
-            raise TritonModelException(BLS_OUTSIDE_EXECUTE)
-        return now.calls, self._message(), now.callers
+        host = running()
+        return host.stream(self) if decoupled else host.infer(self)
 
-    def _message(self) -> InferRequest:
-        """This request as the V2 request it is sent as: its correlation id and flags become the
-        ``sequence_*`` parameters."""
-        parameters = {key: parameter(value) for key, value in self._parameters.items()}
-        if self._correlation_id:
-            parameters["sequence_id"] = parameter(self._correlation_id)
-        if self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
-            parameters["sequence_start"] = parameter(True)
-        if self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
-            parameters["sequence_end"] = parameter(True)
-        if self._timeout > 0:
-            parameters["timeout"] = parameter(self._timeout)
-        version = str(self._model_version) if self._model_version > 0 else ""
-        message = InferRequest(RequestHeader(self._model_name, version, parameters, [],
-                                             [RequestedOutput(name) for name in self._outputs]), self._id)
-        for tensor in self._inputs:
-            add_input(message, tensor)
-        return message
+    async def async_exec(self, decoupled: bool = False) -> Any:
+        """``exec`` for an ``async def execute``: awaits the response (or, with ``decoupled``, the
+        iterator of the responses) without blocking the model's other coroutines."""
+        import asyncio
+
+        host = running()
+        if decoupled:  # the iterator waits for the first response: on a worker thread, not the model's loop
+            return await asyncio.get_running_loop().run_in_executor(None, host.stream, self)
+        return await host.infer_async(self)
+
+    def as_fields(self) -> dict[str, Any]:
+        """What a request the model built is made of, as ``InferenceRequest(**fields)`` takes it
+        (the inputs as ``(name, array)`` pairs): how a stub sends it to the server."""
+        return {"request_id": self._id, "correlation_id": self._correlation_id,
+                "inputs": [(t.name(), t.as_numpy()) for t in self._inputs], "requested_output_names": self._outputs,
+                "model_name": self._model_name, "model_version": self._model_version, "flags": self._flags,
+                "timeout": self._timeout, "parameters": self._parameters}
+
+    def model(self) -> tuple[str, int]:
+        """The model and version (-1: the server's choice) a request the model built goes to."""
+        return self._model_name, self._model_version
+
+    def parameter_values(self) -> dict[str, Parameter]:
+        """The request's parameters as values (``parameters()`` is their JSON)."""
+        return self._parameters
 
 
 def received(request_id: str, correlation_id: int | str, flags: int, parameters: dict[str, Parameter],
@@ -342,13 +383,24 @@ def rescheduled(request: InferenceRequest) -> bool:
     return bool(request._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
 
 
-class _AsyncResponses:
-    """``async for`` over a response iterator: each ``__next__`` waits on a worker thread of the running loop."""
+class ResponseIterator:
+    """The responses of a BLS request to a decoupled model, as they come (Triton's ``ResponseIterator``):
+    ``for`` over it, or ``async for`` (each next response waits on a worker thread of the running
+    loop). ``cancel`` cancels the request (Triton's python backend README, "Cancelling decoupled BLS
+    requests"): the callee's ``is_cancelled()`` turns true and the iterator ends with a CANCELLED
+    error response. Each host makes its own."""
+
+    def __iter__(self) -> Iterator[InferenceResponse]:
+        return self
 
     def __next__(self) -> InferenceResponse:
-        raise NotImplementedError  # the iterator's own
+        raise NotImplementedError  # the host's iterator's own
 
-    def __aiter__(self) -> _AsyncResponses:
+    def cancel(self) -> None:
+        """Cancel the request (any time; after its final response, nothing happens)."""
+        raise NotImplementedError
+
+    def __aiter__(self) -> ResponseIterator:
         return self
 
     async def __anext__(self) -> InferenceResponse:
@@ -365,54 +417,6 @@ class _AsyncResponses:
             return self.__next__()
         except StopIteration:
             return None
-
-
-class _ResponseIterator(_AsyncResponses):
-    """The responses of a BLS request to a decoupled model, as they come (Triton's ``ResponseIterator``).
-    ``cancel`` cancels the request (Triton's python backend README, "Cancelling decoupled BLS
-    requests"): the callee's ``is_cancelled()`` turns true and the iterator ends with a CANCELLED
-    error response. A ``timeout`` (microseconds) counts from the call to the final response: when it
-    expires first, the request is cancelled and the iterator ends with "Request timeout expired".
-
-    It is made once the first response came, as Triton's ``exec(decoupled=True)`` returns (the iterator
-    starts with it): an ``async def execute`` that iterates the responses of ``async_exec`` at once then
-    does not hold its event loop, and the model's other executes, waiting for a response to come."""
-
-    def __init__(self, calls: LocalCalls, message: InferRequest, callers: tuple[str, ...], timeout_us: int = 0) -> None:
-        self._items: queue.SimpleQueue[Streamed] = queue.SimpleQueue()
-        self._done = False
-        self._deadline = time.monotonic() + timeout_us / 1e6 if timeout_us > 0 else None
-        self._future = calls.stream(message, callers, self._items.put)
-        self._first: InferenceResponse | None = self._take()
-
-    def __iter__(self) -> Iterator[InferenceResponse]:
-        return self
-
-    def cancel(self) -> None:
-        """Cancel the request (any time; after its final response, nothing happens)."""
-        self._future.cancel()
-
-    def __next__(self) -> InferenceResponse:
-        first, self._first = self._first, None
-        if first is not None:
-            return first
-        if self._done:
-            raise StopIteration
-        return self._take()
-
-    def _take(self) -> InferenceResponse:
-        """The next response, as it comes (until the deadline)."""
-        try:
-            wait = None if self._deadline is None else max(self._deadline - time.monotonic(), 0.0)
-            item = self._items.get(timeout=wait)
-        except queue.Empty:
-            self._future.cancel()
-            self._done = True
-            return InferenceResponse(error=TritonError.of(Unavailable(TIMEOUT_EXPIRED)))
-        self._done = item.final
-        if item.error is not None:
-            return InferenceResponse(error=TritonError.of(item.error))
-        return response_of(item.response) if item.response is not None else InferenceResponse()
 
 
 class Logger:
@@ -516,16 +520,6 @@ def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
     return np.array(items, dtype=np.object_)
 
 
-def _control() -> tuple[LocalCalls, tuple[str, ...]]:
-    """The server's calls for the model loading API (the request's, else those of the server that loaded
-    the running model), and the models on the calling chain."""
-    now = RUNNING.get() or (_last[0] if _last else None)
-    calls = None if now is None else now.calls or (now.host.calls if now.host is not None else None)
-    if calls is None:
-        raise TritonModelException("the model loading API needs a running server")
-    return calls, now.callers if now is not None else ()
-
-
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
     """Load (or reload) ``model_name`` (Triton's python backend README, "Model Loading API"): with
     ``config``, a model configuration in JSON that replaces the repository's; with ``files``
@@ -546,9 +540,8 @@ def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None
         request.parameters["config"].string_param = config
     for path, content in (files or {}).items():
         request.parameters[path].bytes_param = bytes(content)
-    calls, _ = _control()
     try:
-        calls.load(request).result()
+        running().load_model(request)
     except Exception as err:  # noqa: BLE001 - the model sees Triton's wrapped text
         raise TritonModelException(f"Failed to load model: {err}") from None
 
@@ -566,11 +559,8 @@ def unload_model(model_name: str, unload_dependents: bool = False) -> None:
     request = pb.RepositoryModelUnloadRequest(model_name=model_name)
     if unload_dependents:
         request.parameters["unload_dependents"].bool_param = True
-    calls, callers = _control()
     try:
-        future = calls.unload(request)
-        if model_name not in callers:
-            future.result()
+        running().unload_model(request)
     except Exception as err:  # noqa: BLE001 - as load_model
         raise TritonModelException(f"Failed to unload model: {err}") from None
 
@@ -591,9 +581,8 @@ def is_model_ready(model_name: str, model_version: str = "") -> bool:
         if not valid:
             raise TritonModelException("Failed to check model readiness: failed to get model version from specified "
                                        f"version string '{model_version}', version should be an integral value > 0")
-    calls, _ = _control()
     try:
-        return calls.ready(pb.ModelReadyRequest(name=model_name, version=model_version))
+        return running().is_model_ready(pb.ModelReadyRequest(name=model_name, version=model_version))
     except Exception as err:  # noqa: BLE001 - as load_model
         raise TritonModelException(f"Failed to check model readiness: {err}") from None
 
@@ -608,7 +597,7 @@ class Metric:
             support Set").
     """
 
-    def __init__(self, metric: CustomMetric) -> None:
+    def __init__(self, metric: MetricHandle) -> None:
         self._metric = metric
 
     def increment(self, value: float) -> None:
@@ -657,12 +646,8 @@ class MetricFamily:
         if not isinstance(kind, MetricKind):
             raise TritonModelException("Error when creating MetricFamily: Unsupported kind passed to MetricFamily "
                                        "constructor.")
-        now = running()
-        if now.owner is None or now.host is None:
-            raise TritonModelException("Error when creating MetricFamily: a metric family can only be created in "
-                                       "initialize, execute or finalize")
         try:
-            self._family = now.host.custom_metrics.family(name, description, kind, now.owner)
+            self._family = running().metric_family(name, description, kind)
         except MetricError as err:
             raise TritonModelException(str(err)) from None
 

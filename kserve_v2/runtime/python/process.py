@@ -41,9 +41,11 @@ from kserve_v2.backend.host import BackendHost
 from kserve_v2.runtime.python import pb_utils
 from kserve_v2.runtime.python.config import ModelConfig
 from kserve_v2.runtime.python.environments import Environment, stub_command
-from kserve_v2.runtime.python.model import MORE_THAN_ONE, InstanceFailure, ModelCodeError, running_as
-from kserve_v2.runtime.python.pb_utils import Running
+from kserve_v2.backend.custom_metrics import MetricKind
 from kserve_v2.backend.decoupled import CLOSED
+from kserve_v2.runtime.python.executing import InstanceFailure, ModelCodeError
+from kserve_v2.runtime.python.in_process import InProcessHost
+from kserve_v2.runtime.python.model import MORE_THAN_ONE
 from kserve_v2.runtime.python.shm import Region, Sizes, Slot
 from kserve_v2.runtime.python.stub import ResponseMeta, inline_meta
 from kserve_v2.runtime.python.tensors import InferenceResponse, Tensor, TritonError
@@ -117,8 +119,8 @@ class ProcessInstance:
         # model's, and those a model answered once left to its sender), until their final response
         self._open: dict[tuple[int, int], pb_utils.InferenceRequest] = {}
         self._executions = itertools.count()
-        self._running: dict[int, Running | None] = {}  # what each execution runs as (its BLS requests too)
-        self._latest: Running | None = None
+        self._running: dict[int, InProcessHost] = {}  # what each execution runs as (its BLS requests too)
+        self._latest: InProcessHost | None = None
         self._metrics: list[Any] = []  # the model's metric families and metrics, by number
         self._streams: dict[int, Any] = {}  # the response iterators of its BLS requests to decoupled models
         self._stream_numbers = itertools.count()
@@ -175,7 +177,7 @@ class ProcessInstance:
         """
         self._args = dict(args)
         self.name = args["model_instance_name"]
-        self._latest = pb_utils.RUNNING.get()  # the version's: custom metric families created in initialize are its
+        self._latest = self._host_now()  # the version's: custom metric families created in initialize are its
         self._decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
         try:
             self._checked(self._call(("initialize", self._args)))
@@ -203,7 +205,7 @@ class ProcessInstance:
         execution = next(self._executions)
         for index, request in enumerate(requests):
             self._open[execution, index] = request
-        self._running[execution] = self._latest = pb_utils.RUNNING.get()  # what its BLS requests run as
+        self._running[execution] = self._latest = self._host_now()  # what its BLS requests run as
         try:
             size, again, metas = self._checked(self._call(("execute", execution, self._region.size, messages)))
         except ModelCodeError:
@@ -323,35 +325,45 @@ class ProcessInstance:
                 except Exception:  # noqa: BLE001, S110 - already answered or closed
                     pass
 
+    def _host_now(self) -> InProcessHost:
+        """What the server runs this instance's calls as (``PythonModel`` sets it around each call)."""
+        host = pb_utils.RUNNING.get()
+        return host if isinstance(host, InProcessHost) else InProcessHost("", None, (), host=self._host)
+
+    def _as(self, execution: int | None) -> InProcessHost:
+        """The host the stub's call runs as: its execution's (or the latest one's: a thread the model
+        started, ``initialize``, ``finalize``)."""
+        running = self._running.get(execution, self._latest) if execution is not None else self._latest
+        return running or InProcessHost("", None, (), host=self._host)
+
     def _in_thread(self, conn: Connection, kind: str, number: int, execution: int | None, *args: Any) -> None:
         """Run a request the model sent (``bls``: business logic scripting, ``exec``) or a model
         control call (``control``: ``load_model``, ``unload_model``, ``is_model_ready``) as the execution
-        that sent it (or the latest one: a thread the model started) and send the result back."""
-        running = self._running.get(execution, self._latest) if execution is not None else self._latest
+        that sent it and send the result back."""
+        host = self._as(execution)
         try:
-            with running_as(running or Running("", None, (), host=self._host)):
-                if kind in ("bls", "bls_stream"):
-                    fields = dict(args[0])
-                    inputs = [Tensor(name, array) for name, array in fields.pop("inputs")]
-                    request = pb_utils.InferenceRequest(inputs=inputs, **fields)
-                    if kind == "bls":
-                        result: Any = inline_meta(request.exec())
-                    else:
-                        result = next(self._stream_numbers)
-                        self._streams[result] = request.exec(decoupled=True)
-                elif kind == "bls_next":
-                    stream = self._streams[args[0]]
-                    try:
-                        result = inline_meta(next(stream))
-                    except StopIteration:
-                        result = None
-                        self._streams.pop(args[0], None)
-                elif kind == "bls_cancel":
-                    self._streams[args[0]].cancel()
-                    result = None
+            if kind in ("bls", "bls_stream"):
+                fields = dict(args[0])
+                inputs = [Tensor(name, array) for name, array in fields.pop("inputs")]
+                request = pb_utils.InferenceRequest(inputs=inputs, **fields)
+                if kind == "bls":
+                    result: Any = inline_meta(host.infer(request))
                 else:
-                    name, positional, named = args
-                    result = getattr(pb_utils, name)(*positional, **named)
+                    result = next(self._stream_numbers)
+                    self._streams[result] = host.stream(request)
+            elif kind == "bls_next":
+                stream = self._streams[args[0]]
+                try:
+                    result = inline_meta(next(stream))
+                except StopIteration:
+                    result = None
+                    self._streams.pop(args[0], None)
+            elif kind == "bls_cancel":
+                self._streams[args[0]].cancel()
+                result = None
+            else:
+                method, request = args
+                result = getattr(host, method)(request)
             answer: Any = ("ok", result)
         except Exception as err:  # noqa: BLE001 - the model's call raises it
             answer = ("error", str(err))
@@ -364,20 +376,19 @@ class ProcessInstance:
     def _metric(self, kind: str, execution: int | None, *args: Any) -> tuple[str, Any]:
         """A custom metric call of the model's (``pb_utils.MetricFamily`` and ``Metric``, made here as the
         execution, or ``initialize``, that runs it): ``("ok", result)`` or ``("error", Triton's text)``."""
-        running = self._running.get(execution, self._latest) if execution is not None else self._latest
         try:
-            with running_as(running or Running("", None, (), host=self._host)):
-                if kind == "metric_family":
-                    self._metrics.append(pb_utils.MetricFamily(*args))
-                elif kind == "metric_of":
-                    family, labels, buckets = args
-                    self._metrics.append(self._metrics[family].Metric(labels, buckets))
-                elif kind == "metric_family_gone":
-                    self._metrics[args[0]] = None  # the model deleted it: so is this one (its metrics refuse)
-                else:
-                    metric, operation, value = args
-                    found = getattr(self._metrics[metric], operation)
-                    return "ok", found() if value is None else found(value)
+            if kind == "metric_family":
+                name, description, metric_kind = args
+                self._metrics.append(self._as(execution).metric_family(name, description, MetricKind(metric_kind)))
+            elif kind == "metric_of":
+                family, labels, buckets = args
+                self._metrics.append(self._metrics[family].metric(labels, buckets))
+            elif kind == "metric_family_gone":
+                self._metrics[args[0]] = None  # the model deleted it: so is this one (its metrics refuse)
+            else:
+                metric, operation, value = args
+                found = getattr(self._metrics[metric], operation)
+                return "ok", found() if value is None else found(value)
         except Exception as err:  # noqa: BLE001 - the model's call raises it
             return "error", str(err)
         return "ok", len(self._metrics) - 1

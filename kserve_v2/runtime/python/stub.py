@@ -19,16 +19,15 @@ as ``("bls", number, execution, fields)``, its tensors pickled; the server runs 
 that sent it and answers with its response (to a decoupled model: ``bls_stream``, then
 ``bls_next`` per response and ``bls_cancel``). Custom metrics (``MetricFamily``, ``Metric``) and the model loading API (``load_model``, ``unload_model``,
 ``is_model_ready``) are the server's: each call is answered there (``("metric_family" | "metric_of"
-| "metric" | "control", number, execution, ...)``).
-
-``import_model_class`` (importing ``model.py`` as Triton's stub does) serves the in-process mode too.
+| "metric" | "control", number, execution, ...)``). All of these are ``StubHost``'s: the stub's
+``pb_utils.ModelHost``, the module's one seam to the server (the model's code runs as the
+execution that runs it, or, in a thread it started, as the latest one).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import importlib.util
 import inspect
 import itertools
 import json
@@ -37,61 +36,26 @@ import queue
 import socket
 import sys
 import threading
-import types
-from contextvars import ContextVar
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from kserve_v2._proto import grpc_service_pb2 as pb
+from kserve_v2.backend.custom_metrics import MetricError, MetricKind
 from kserve_v2.runtime.python import pb_utils
 from kserve_v2.runtime.python.config import ModelConfig
-from kserve_v2.runtime.python.model import _as, _check_returned, _serve, running_as, text_of
-from kserve_v2.runtime.python.pb_utils import Running, received
+from kserve_v2.runtime.python.executing import (awaited_as, check_returned, import_model_class, package_of, running_as,
+                                                serve_loop, text_of)
+from kserve_v2.runtime.python.pb_utils import InferenceRequest, ModelHost, ResponseIterator, received
 from kserve_v2.runtime.python.shm import Region, Sizes, Slot
 from kserve_v2.runtime.python.tensors import InferenceResponse, Tensor, TritonModelException
 
 log = logging.getLogger("kserve_v2.python_stub")
-_loaded = itertools.count()
 # a response meta: its outputs (slots in the region, or (name, array) pairs pickled), error (message, code) or None,
 # parameters
 ResponseMeta = tuple[list[Slot] | list[tuple[str, Any]], tuple[str, int] | None, dict[str, bool | int | str]]
 _GONE = object()  # what a waiting thread gets when the server's connection closed
-_EXECUTION: ContextVar[int | None] = ContextVar("kserve_v2_stub_execution", default=None)  # the execute running
-_STUB: Stub | None = None
-
-
-def import_model_class(path: Path, name: str) -> Any:
-    """Import the model file as the module ``model`` of a package that is its version folder (as
-    Triton's stub imports ``<version>.model``, so ``from . import helper`` finds the folder's
-    ``helper.py``; the folder is on ``sys.path`` too, for ``import helper``) and return its
-    ``TritonPythonModel``.
-
-    Raises:
-        ValueError: the file fails to import, or defines no class ``TritonPythonModel``.
-    """
-    folder = str(path.parent)
-    if folder not in sys.path:
-        sys.path.append(folder)  # sibling modules import as in Triton's stub
-    package = types.ModuleType(f"_kserve_v2_python_model_{next(_loaded)}")
-    package.__path__ = [folder]
-    package.__package__ = package.__name__
-    sys.modules[package.__name__] = package
-    spec = importlib.util.spec_from_file_location(f"{package.__name__}.{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise ValueError(f"python model '{name}': its model file cannot be imported")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    setattr(package, path.stem, module)
-    try:
-        spec.loader.exec_module(module)
-    except (Exception, SystemExit) as err:  # noqa: BLE001 - the load failure reason
-        sys.modules.pop(spec.name, None)
-        sys.modules.pop(package.__name__, None)
-        raise ValueError(f"python model '{name}': importing its model file failed: {text_of(err)}") from None
-    model_class = getattr(module, "TritonPythonModel", None)
-    if not isinstance(model_class, type):
-        raise ValueError(f"python model '{name}': its model file defines no class TritonPythonModel")
-    return model_class
+GONE = "the server closed the stub's connection"
 
 
 def response_meta(region: Region, response: InferenceResponse, offset: int, sizes: Sizes) -> ResponseMeta:
@@ -179,27 +143,31 @@ class Stub:
         self._waiting[number] = waiting
         if self._gone:
             self._waiting.pop(number, None)
-            raise TritonModelException("the server closed the stub's connection")
+            raise TritonModelException(GONE)
         try:
             self._post((message[0], number, *message[1:]))
         except OSError:
             self._waiting.pop(number, None)
-            raise TritonModelException("the server closed the stub's connection") from None
+            raise TritonModelException(GONE) from None
         reply = waiting.get()
         if reply is _GONE:
-            raise TritonModelException("the server closed the stub's connection")
+            raise TritonModelException(GONE)
         return reply
+
+    def host(self, execution: int | None) -> StubHost:
+        """What model code running as ``execution`` (None: outside ``execute``) asks the server through."""
+        return StubHost(self, execution, self._folder)
 
     def _on_load(self, path: str, name: str) -> bool:
         """Import the model file; whether its class has ``auto_complete_config``."""
         self._model_class = import_model_class(Path(path), name)
         self._folder = str(Path(path).parent)
-        pb_utils._last[:] = [Running(self._folder, None, ())]  # what threads the model starts run as
+        pb_utils.register(package_of(self._model_class), lambda: self.host(self.latest))  # threads the model starts
         return hasattr(self._model_class, "auto_complete_config")
 
     def _on_auto_complete(self, config: str) -> Any:
         """Run ``auto_complete_config``; the configuration it returns (Triton's JSON dict), or None: not a ModelConfig."""
-        with running_as(Running(self._folder, None, ())):
+        with running_as(self.host(None)):
             completed = self._model_class.auto_complete_config(ModelConfig(config))
         return completed.as_dict() if isinstance(completed, ModelConfig) else None
 
@@ -208,12 +176,12 @@ class Stub:
         self._name = args["model_instance_name"]
         self._instance = self._model_class()
         if hasattr(self._instance, "initialize"):
-            with running_as(Running(self._folder, None, ())):
+            with running_as(self.host(None)):
                 self._instance.initialize(args)
 
     def _on_finalize(self) -> None:
         if self._instance is not None and hasattr(self._instance, "finalize"):
-            with running_as(Running(self._folder, None, ())):
+            with running_as(self.host(None)):
                 self._instance.finalize()
 
     def _on_execute(self, execution: int, size: int, requests: list[tuple[Any, ...]]
@@ -235,27 +203,23 @@ class Stub:
                                               sender, cancelled))
         with self._area:
             self._executing, self._free = True, free
-        now = Running(self._folder, None, ())
+        now = self.host(execution)
         self.latest = execution
-        token = _EXECUTION.set(execution)
-        try:
-            with running_as(now):
-                returned = self._instance.execute(received_requests)
-            if inspect.iscoroutine(returned):
-                future = asyncio.run_coroutine_threadsafe(_as(now, returned), self._event_loop())
-                if self._decoupled:  # in the background (as in the server's process): its executes overlap
-                    future.add_done_callback(lambda done: self._failed(done, received_requests))
-                    returned = None
-                else:
-                    returned = future.result()
-        finally:
-            _EXECUTION.reset(token)
+        with running_as(now):
+            returned = self._instance.execute(received_requests)
+        if inspect.iscoroutine(returned):
+            future = asyncio.run_coroutine_threadsafe(awaited_as(now, returned), self._event_loop())
+            if self._decoupled:  # in the background (as in the server's process): its executes overlap
+                future.add_done_callback(lambda done: self._failed(done, received_requests))
+                returned = None
+            else:
+                returned = future.result()
         again = [pb_utils.rescheduled(request) for request in received_requests]
         if self._decoupled:
             return self._region.size, again, None if returned is None else []
         if returned is None:
             return self._region.size, again, None
-        _check_returned(returned, again)
+        check_returned(returned, again)
         metas: list[ResponseMeta | None] = []
         with self._area:  # the server reads them before the next execute: the area stays the stub's until then
             offset = self._free
@@ -310,28 +274,55 @@ class Stub:
         """The instance's event loop for ``async def execute``, on a daemon thread of its own."""
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
-            threading.Thread(target=_serve, args=(self._loop,), name="python-stub-loop", daemon=True).start()
+            threading.Thread(target=serve_loop, args=(self._loop,), name="python-stub-loop", daemon=True).start()
         return self._loop
 
 
-def _exec(request: pb_utils.InferenceRequest, decoupled: bool = False) -> Any:
-    """``InferenceRequest.exec`` in the stub: the request goes to the server, which runs it as the
-    execution that sent it (its tensors pickled in the message): its response, or with ``decoupled``
-    an iterator of its responses.
+class StubHost(ModelHost):
+    """``pb_utils.ModelHost`` in a stub process: each call is the server's, asked over the stub's
+    socket as the execution ``execution`` (None: ``initialize``, ``auto_complete_config`` or
+    ``finalize``), which the server runs it as (``ProcessInstance``)."""
 
-    Raises:
-        TritonModelException: outside ``execute`` (Triton's text); the server went away.
-    """
-    if _STUB is None or _EXECUTION.get(None) is None and _STUB.latest is None:
-        raise TritonModelException(pb_utils.BLS_OUTSIDE_EXECUTE)
-    fields = {"request_id": request.request_id(), "correlation_id": request.correlation_id(),
-              "inputs": [(t.name(), t.as_numpy()) for t in request.inputs()],
-              "requested_output_names": request.requested_output_names(), "model_name": request._model_name,
-              "model_version": request._model_version, "flags": request.flags(), "timeout": request.timeout(),
-              "parameters": request._parameters}
-    if decoupled:
-        return _ResponseIterator(_forward("bls_stream", fields))
-    return _inline_response(_forward("bls", fields))
+    def __init__(self, stub: Stub, execution: int | None, model_dir: str) -> None:
+        self._stub, self._execution, self.model_dir = stub, execution, model_dir
+
+    def infer(self, request: InferenceRequest) -> InferenceResponse:
+        """The request goes to the server (its tensors pickled in the message), which applies its timeout."""
+        return _inline_response(self._ask("bls", self._sending(request)))
+
+    def stream(self, request: InferenceRequest) -> ResponseIterator:
+        return _Responses(self, self._ask("bls_stream", self._sending(request)))
+
+    def metric_family(self, name: str, description: str, kind: MetricKind) -> _Family:
+        try:
+            return _Family(self, self._ask("metric_family", name, description, int(kind)))
+        except TritonModelException as err:
+            raise MetricError(str(err)) from None
+
+    def load_model(self, request: pb.RepositoryModelLoadRequest) -> None:
+        self._ask("control", "load_model", request)
+
+    def unload_model(self, request: pb.RepositoryModelUnloadRequest) -> None:
+        self._ask("control", "unload_model", request)
+
+    def is_model_ready(self, request: pb.ModelReadyRequest) -> bool:
+        return bool(self._ask("control", "is_model_ready", request))
+
+    def _sending(self, request: InferenceRequest) -> dict[str, Any]:
+        if self._execution is None:
+            raise TritonModelException(pb_utils.BLS_OUTSIDE_EXECUTE)
+        return request.as_fields()
+
+    def _ask(self, kind: str, *args: Any) -> Any:
+        """The server's answer to a call it runs as this host's execution.
+
+        Raises:
+            TritonModelException: the server's text of the call's failure; the server went away.
+        """
+        status, body = self._stub.ask((kind, self._execution, *args))
+        if status == "error":
+            raise TritonModelException(body)
+        return body
 
 
 def _inline_response(meta: Any) -> InferenceResponse:
@@ -341,84 +332,69 @@ def _inline_response(meta: Any) -> InferenceResponse:
                              pb_utils.TritonError(*error) if error is not None else None, parameters)
 
 
-class _ResponseIterator(pb_utils._AsyncResponses):
-    """The responses of a BLS request to a decoupled model, in the stub: the server's iterator
-    (``pb_utils``' ``_ResponseIterator``: its timeout, errors and ``cancel``), one response per call."""
+class _Responses(ResponseIterator):
+    """The responses of a BLS request to a decoupled model, in the stub: the server's iterator (its
+    timeout, errors and ``cancel``), one response per call."""
 
-    def __init__(self, number: int) -> None:
+    def __init__(self, host: StubHost, number: int) -> None:
+        self._host = host
         self._number = number
         self._done = False
 
-    def __iter__(self) -> _ResponseIterator:
-        return self
-
     def __next__(self) -> InferenceResponse:
-        meta = None if self._done else _forward("bls_next", self._number)
+        meta = None if self._done else self._host._ask("bls_next", self._number)
         if meta is None:
             self._done = True
             raise StopIteration
         return _inline_response(meta)
 
     def cancel(self) -> None:
-        """Cancel the request (the callee's ``is_cancelled()`` turns true)."""
         if not self._done:
-            _forward("bls_cancel", self._number)
-
-
-def _forward(*call: Any) -> Any:
-    """A call the server answers for model code (BLS, custom metrics) as the execution running it
-    (or the latest one, or ``initialize``): what it returned.
-
-    Raises:
-        TritonModelException: the server's text of the call's failure; the server went away.
-    """
-    if _STUB is None:
-        raise TritonModelException("no python model is executing: this call is only available inside a model")
-    execution = _EXECUTION.get(None)
-    status, body = _STUB.ask((call[0], execution if execution is not None else _STUB.latest, *call[1:]))
-    if status == "error":
-        raise TritonModelException(body)
-    return body
+            self._host._ask("bls_cancel", self._number)
 
 
 class _Metric:
-    """``pb_utils.Metric`` in the stub: each operation runs on the server's metric (its texts)."""
+    """A custom metric's series in the stub (``pb_utils.FamilyHandle``'s metric): each operation runs
+    on the server's (its texts, raised as ``MetricError``)."""
 
-    def __init__(self, number: int) -> None:
-        self._number = number
+    def __init__(self, host: StubHost, number: int) -> None:
+        self._host, self._number = host, number
 
     def increment(self, value: float) -> None:
-        _forward("metric", self._number, "increment", value)
+        self._operate("increment", value)
 
     def set(self, value: float) -> None:
-        _forward("metric", self._number, "set", value)
+        self._operate("set", value)
 
     def observe(self, value: float) -> None:
-        _forward("metric", self._number, "observe", value)
+        self._operate("observe", value)
 
     def value(self) -> float:
-        return float(_forward("metric", self._number, "value", None))
+        return float(self._operate("value", None))
+
+    def _operate(self, operation: str, value: float | None) -> Any:
+        try:
+            return self._host._ask("metric", self._number, operation, value)
+        except TritonModelException as err:
+            raise MetricError(str(err)) from None
 
 
-class _MetricFamily:
-    """``pb_utils.MetricFamily`` in the stub: the family is the server's, in its ``/metrics``,
-    created as the model version that runs (released when it unloads)."""
+class _Family:
+    """A custom metric family in the stub (``pb_utils.FamilyHandle``): the family is the server's, in
+    its ``/metrics``, created as the model version that runs (released when it unloads)."""
 
-    COUNTER = pb_utils.MetricFamily.COUNTER
-    GAUGE = pb_utils.MetricFamily.GAUGE
-    HISTOGRAM = pb_utils.MetricFamily.HISTOGRAM
+    def __init__(self, host: StubHost, number: int) -> None:
+        self._host, self._number = host, number
 
-    def __init__(self, name: str, description: str, kind: Any) -> None:
-        self._number = _forward("metric_family", name, description, kind)
-
-    def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> _Metric:  # noqa: N802
-        return _Metric(_forward("metric_of", self._number, labels, buckets))
+    def metric(self, labels: dict[str, str], buckets: Any) -> _Metric:
+        try:
+            return _Metric(self._host, self._host._ask("metric_of", self._number, labels, buckets))
+        except TritonModelException as err:
+            raise MetricError(str(err)) from None
 
     def __del__(self) -> None:
         """The model deleted it: the server's goes too, and its metrics refuse their operations (Triton's
         stub clears them). Not on the reader thread, which must be free to take the reply."""
-        if "_number" not in vars(self):
-            return  # creating it failed
         if threading.current_thread().name == "python-stub-reader":
             threading.Thread(target=self._gone, daemon=True).start()
         else:
@@ -426,30 +402,9 @@ class _MetricFamily:
 
     def _gone(self) -> None:
         try:
-            _forward("metric_family_gone", self._number)
+            self._host._ask("metric_family_gone", self._number)
         except TritonModelException:
             pass  # the server went away
-
-
-async def _async_exec(request: pb_utils.InferenceRequest, decoupled: bool = False) -> Any:
-    """``InferenceRequest.async_exec`` in the stub: ``_exec`` off the event loop."""
-    return await asyncio.get_running_loop().run_in_executor(None, _exec, request, decoupled)
-
-
-def _control(name: str) -> Any:
-    """The model loading API call ``name`` (``pb_utils.load_model``, ...) in the stub: the server's own."""
-    def control(*args: Any, **kwargs: Any) -> Any:
-        return _forward("control", name, args, kwargs)
-    return control
-
-
-def _forward_server_calls() -> None:
-    """What needs the server's own objects is asked of the server (BLS, custom metrics, model control)."""
-    pb_utils.InferenceRequest.exec = _exec  # type: ignore[assignment]
-    pb_utils.InferenceRequest.async_exec = _async_exec  # type: ignore[assignment]
-    pb_utils.MetricFamily = _MetricFamily  # type: ignore[misc, assignment]
-    for name in ("load_model", "unload_model", "is_model_ready"):
-        setattr(pb_utils, name, _control(name))
 
 
 def main(argv: list[str]) -> int:
@@ -459,14 +414,11 @@ def main(argv: list[str]) -> int:
                         format="%(asctime)s %(levelname)s [python stub %(process)d] %(name)s: %(message)s")
     sys.modules.setdefault("triton_python_backend_utils", pb_utils)
     sys.argv = [""]  # Triton's stub: an embedded interpreter given no arguments
-    _forward_server_calls()
     sock = socket.socket(fileno=settings["fd"])
     conn = Connection(sock.detach())
     sizes = Sizes(settings["default_byte_size"], settings["growth_byte_size"], settings["prefix"])
     region = Region(settings["region"], settings["size"])
-    global _STUB
-    _STUB = Stub(conn, region, sizes)
-    _STUB.serve()
+    Stub(conn, region, sizes).serve()
     return 0
 
 

@@ -90,9 +90,9 @@ def test_auto_complete_adds_tensors_and_refuses_what_contradicts_the_configurati
 def test_a_response_iterator_serves_async_for_on_worker_threads() -> None:
     """``async for`` over a BLS response iterator (in the server and in a stub process) takes each response from a
     worker thread of the running loop, and ends where the iterator does."""
-    from kserve_v2.runtime.python.pb_utils import _AsyncResponses
+    from kserve_v2.runtime.python.pb_utils import ResponseIterator
 
-    class Two(_AsyncResponses):
+    class Two(ResponseIterator):
         def __init__(self) -> None:
             self.left, self.threads = [1, 2], set()
 

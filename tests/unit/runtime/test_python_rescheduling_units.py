@@ -10,7 +10,8 @@ import time
 import pytest
 
 from kserve_v2.runtime.python import pb_utils
-from kserve_v2.runtime.python.model import _check_returned, _Free
+from kserve_v2.runtime.python.executing import check_returned
+from kserve_v2.runtime.python.model import _Free
 from kserve_v2.runtime.python.tensors import InferenceResponse, TritonModelException
 
 
@@ -24,9 +25,9 @@ def test_release_flags_mark_a_request_rescheduled() -> None:
 
 
 def test_a_rescheduled_request_must_get_none_from_execute() -> None:
-    _check_returned([None, InferenceResponse([])], [True, False])
+    check_returned([None, InferenceResponse([])], [True, False])
     with pytest.raises(TritonModelException) as raised:
-        _check_returned([InferenceResponse([])], [True])
+        check_returned([InferenceResponse([])], [True])
     assert str(raised.value) == ("Expected a None object in the execute function return list for reschduled request, "
                                  "found type 'InferenceResponse'.")
 

@@ -16,6 +16,7 @@ from kserve_v2.protocol.model_spec import ModelSpec, TensorSpec
 from kserve_v2.request.decode import decode_request
 from kserve_v2.request.encode import encode_response
 from kserve_v2.runtime.python import pb_utils
+from kserve_v2.runtime.python.in_process import as_message
 from kserve_v2.runtime.python.tensors import TritonError
 
 # TritonError code -> the server's error code (gRPC UNKNOWN, INTERNAL, ... as Triton's grpc_utils.cc maps them)
@@ -41,7 +42,7 @@ def test_an_unknown_code_is_unknown_and_a_foreign_exception_internal() -> None:
 def test_a_bls_request_takes_its_names_as_bytes() -> None:
     request = pb_utils.InferenceRequest(request_id=b"r1", model_name=b"add_sub", requested_output_names=[b"OUTPUT0"],
                                         inputs=[pb_utils.Tensor("INPUT0", np.ones(2, np.float32))])
-    message = request._message()
+    message = as_message(request)
     assert (message.model_name, message.id, [o.name for o in message.outputs]) == ("add_sub", "r1", ["OUTPUT0"])
     assert request.request_id() == "r1" and request.requested_output_names() == ["OUTPUT0"]
 
