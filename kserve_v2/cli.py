@@ -187,9 +187,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--backend-config", action="append", metavar="<backend>,<setting>=<value>",
         default=backend_env.split(";") if backend_env else None,
-        help="a backend's setting (repeat): the python backend's shm-default-byte-size, shm-growth-byte-size and "
-        "shm-region-prefix-name, for models run with EXECUTION_MODE 'process' (Triton's python backend settings; "
-        f"env {ENV_PREFIX}BACKEND_CONFIG, ';'-separated)")
+        help="a backend's setting (repeat): the python backend's shm-default-byte-size, shm-growth-byte-size, "
+        "shm-region-prefix-name and stub-timeout-seconds, for models run in stub processes (Triton's python backend "
+        "settings), and execution-mode ('in_process' or 'process': where python models without an EXECUTION_MODE "
+        f"parameter run); env {ENV_PREFIX}BACKEND_CONFIG, ';'-separated")
     flag("cache-directory", defaults.cache_directory, "where Triton looks for cache libraries (the 'local' cache is "
          "built in; another cache name fails, naming this folder)")
     flag("response-cache-byte-size", None, "DEPRECATED: --cache-config local,size=<bytes>", type=int)

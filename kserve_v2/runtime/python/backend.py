@@ -18,8 +18,9 @@ execution's requests with Triton's text, "Failed to process the request(s) for m
 message: <type>: <message>", and the model goes on serving; in loading it fails the load. Unloading
 calls ``finalize``. Custom stubs are refused at load.
 
-With the configuration parameter ``EXECUTION_MODE`` set to ``process`` (``in_process`` is the
-default; another value fails the load), the model file is imported, auto-completed, initialized and
+With the configuration parameter ``EXECUTION_MODE`` set to ``process`` (without it, the server's
+``--backend-config=python,execution-mode=...``, ``in_process`` unless set; another value fails the
+load), the model file is imported, auto-completed, initialized and
 executed in a stub process per instance instead (``kserve_v2.runtime.python.process``), as Triton
 runs every python model: a crash there fails only that instance's requests, and ``execute`` holds
 no GIL of the server's. ``EXECUTION_ENV_PATH`` (a packed environment, or an environment folder)
@@ -42,7 +43,7 @@ from kserve_v2.runtime.python.executing import import_model_class, package_of, r
 from kserve_v2.runtime.python.in_process import InProcessHost
 from kserve_v2.runtime.python.model import PythonModel
 from kserve_v2.runtime.python.environments import PARAMETER, open_environment
-from kserve_v2.runtime.python.process import EXECUTION_MODE, IN_PROCESS, ProcessModel, execution_mode
+from kserve_v2.runtime.python.process import ProcessModel
 
 # model.py imports it by Triton's name
 sys.modules.setdefault("triton_python_backend_utils", pb_utils)
@@ -50,6 +51,9 @@ sys.modules.setdefault("triton_python_backend_utils", pb_utils)
 STUB_ARGV = [""]
 
 MODEL_FILE = "model.py"
+EXECUTION_MODE = "EXECUTION_MODE"
+IN_PROCESS, PROCESS = "in_process", "process"
+MODES = (IN_PROCESS, PROCESS)
 CUSTOM_STUB = "triton_python_backend_stub"
 
 
@@ -67,7 +71,7 @@ def open_python(model_dir: Path, version: int, config: mc.ModelConfig, host: Bac
     if (model_dir / CUSTOM_STUB).exists():
         raise ValueError(f"model '{config.name}': a custom python backend stub is not supported: the stub is this "
                          "server's own (kserve_v2.runtime.python.stub)")
-    in_process = execution_mode(config) == IN_PROCESS
+    in_process = execution_mode(config, host.python.execution_mode) == IN_PROCESS
     environment = None
     if PARAMETER in config.parameters:  # a packed environment: its interpreter runs the stub processes
         if in_process and EXECUTION_MODE in config.parameters:
@@ -88,6 +92,21 @@ def open_python(model_dir: Path, version: int, config: mc.ModelConfig, host: Bac
     model_class = import_model_class(path, config.name)
     return _opened(model_class, hasattr(model_class, "auto_complete_config"), path, model_dir, version, config, host,
                    package_of(model_class))
+
+
+def execution_mode(config: mc.ModelConfig, default: str) -> str:
+    """Where the model's code runs: its ``EXECUTION_MODE`` parameter, else the server's ``default``
+    (``--backend-config=python,execution-mode=...``, ``in_process`` unless set).
+
+    Raises:
+        ValueError: another value (the load fails, naming the key and the values).
+    """
+    parameter = config.parameters.get(EXECUTION_MODE)
+    mode = parameter.string_value if parameter is not None else default
+    if mode not in MODES:
+        raise ValueError(f"model '{config.name}': parameter {EXECUTION_MODE} must be one of "
+                         f"{', '.join(repr(m) for m in MODES)}, not {mode!r}")
+    return mode
 
 
 def _opened(model_class: Any, completes: bool, path: Path, model_dir: Path, version: int,

@@ -1,6 +1,7 @@
 """Python model instances run in processes of their own, as Triton runs each instance in its stub
 process (Triton's "Python Backend" documentation): chosen per model by the configuration parameter
-``EXECUTION_MODE`` (``in_process``, the default, or ``process``).
+``EXECUTION_MODE``, or for the server by ``--backend-config=python,execution-mode=process``
+(``kserve_v2.runtime.python.backend``).
 
 ``ProcessModel`` stands where the model's class stands in the in-process mode (the backend asks it
 for ``auto_complete_config`` and calls it for each instance): each ``ProcessInstance`` it makes is a
@@ -36,7 +37,6 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend.host import BackendHost
 from kserve_v2.runtime.python import pb_utils
 from kserve_v2.runtime.python.config import ModelConfig
@@ -51,29 +51,12 @@ from kserve_v2.runtime.python.stub import ResponseMeta, inline_meta
 from kserve_v2.runtime.python.tensors import InferenceResponse, Tensor, TritonError
 
 log = logging.getLogger(__name__)
-EXECUTION_MODE = "EXECUTION_MODE"
-IN_PROCESS, PROCESS = "in_process", "process"
-MODES = (IN_PROCESS, PROCESS)
 _regions = itertools.count(1)
 _regions_lock = threading.Lock()
 _live: set[ProcessInstance] = set()  # instances whose region exists
 # a model answered once that returns None for a request and sent nothing before execute returned
 NOT_ANSWERED = ("the model returned no response for the request and sent none before execute returned (a response "
                 "sent later is not supported with EXECUTION_MODE 'process')")
-
-
-def execution_mode(config: mc.ModelConfig) -> str:
-    """Where the model's code runs: its ``EXECUTION_MODE`` parameter (``in_process`` when absent).
-
-    Raises:
-        ValueError: another value (the load fails, naming the key and the values).
-    """
-    parameter = config.parameters.get(EXECUTION_MODE)
-    mode = parameter.string_value if parameter is not None else IN_PROCESS
-    if mode not in MODES:
-        raise ValueError(f"model '{config.name}': parameter {EXECUTION_MODE} must be one of "
-                         f"{', '.join(repr(m) for m in MODES)}, not {mode!r}")
-    return mode
 
 
 def _unhealthy(name: str) -> InstanceFailure:

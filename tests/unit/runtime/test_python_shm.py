@@ -13,8 +13,6 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.runtime.python.process import execution_mode
 from kserve_v2.runtime.python.shm import ALIGN, BYTES, Region, Sizes, encoded
 
 SIZES = Sizes(default_byte_size=4096, growth_byte_size=1024, prefix="unused_")
@@ -70,22 +68,6 @@ def test_a_write_larger_than_the_region_grows_it_and_the_other_side_maps_it_agai
         np.testing.assert_array_equal(other.read(slot), np.zeros(3000, np.float32))  # a view does
     finally:
         other.close()
-
-
-@pytest.mark.parametrize(("value", "mode"), [(None, "in_process"), ("in_process", "in_process"), ("process", "process")])
-def test_the_execution_mode_parameter(value: str | None, mode: str) -> None:
-    config = mc.ModelConfig(name="m")
-    if value is not None:
-        config.parameters["EXECUTION_MODE"].string_value = value
-    assert execution_mode(config) == mode
-
-
-def test_an_unknown_execution_mode_names_the_key_and_the_values() -> None:
-    config = mc.ModelConfig(name="m")
-    config.parameters["EXECUTION_MODE"].string_value = "Process"
-    with pytest.raises(ValueError, match="model 'm': parameter EXECUTION_MODE must be one of 'in_process', 'process', "
-                                         "not 'Process'"):
-        execution_mode(config)
 
 
 def test_the_stub_imports_neither_grpc_nor_onnxruntime_nor_the_server() -> None:
