@@ -360,6 +360,14 @@ def add_model(repository: Path, name: str, model: onnx.ModelProto | bytes, confi
     return folder
 
 
+PYTHON_MODES = ("in_process", "process")  # where python models run: the suites run once in each
+
+
+def python_mode(mode: str) -> tuple[str, ...]:
+    """The server flag that runs every python model without an ``EXECUTION_MODE`` parameter in ``mode``."""
+    return ("--backend-config", f"python,execution-mode={mode}")
+
+
 def add_python_model(repository: Path, name: str, config: str, source: str) -> Path:
     """Write a python-backend model: ``<repository>/<name>/config.pbtxt`` (``backend: "python"`` and
     ``config``) and ``1/model.py`` (``source``, dedented)."""

@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import Server, add_python_model, start_server, wait_until
+from helpers import PYTHON_MODES, Server, add_python_model, python_mode, start_server, wait_until
 from stream_client import StreamReader
 
 # COUNT responses (OUT = 0, 1, ...), then the final flag; parameters: delay_ms between responses,
@@ -78,15 +78,15 @@ BLS_DECOUPLED = '''
 COUNT = 'input [{ name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] }]\n'
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@pytest.fixture(scope="module", params=PYTHON_MODES)
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("decoupled")
     repository = root / "models"
     add_python_model(repository, "repeat", 'model_transaction_policy { decoupled: true }\n' + COUNT +
                      'output [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }]\ninstance_group [{ count: 2 }]', REPEAT)
     add_python_model(repository, "bls_decoupled", COUNT + 'output [{ name: "SUM" data_type: TYPE_INT32 dims: [ 2 ] }]',
                      BLS_DECOUPLED)
-    running = start_server(repository, root / "logs")
+    running = start_server(repository, root / "logs", *python_mode(request.param))
     yield running
     assert running.stop() == 0
 

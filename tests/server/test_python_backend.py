@@ -21,8 +21,8 @@ import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
-from helpers import (PIPELINE, SENTENCES, Server, TextModels, add_python_model, cosines, make_model, metric, scrape,
-                     start_server)
+from helpers import (PIPELINE, PYTHON_MODES, SENTENCES, Server, TextModels, add_python_model, cosines, make_model,
+                     metric, python_mode, scrape, start_server)
 
 TRITON_STYLE = '''
     """A model as Triton users keep them: ONNX Runtime called from model.py, numpy around it, strings."""
@@ -145,11 +145,12 @@ def _repository(root: Path) -> Path:
 LOADED = ("triton_style", "batched", "execute_fails", "cycle", "deep_cycle")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@pytest.fixture(scope="module", params=PYTHON_MODES)
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("python_backend")
     loads = [arg for name in LOADED for arg in ("--load-model", name)]
-    running = start_server(_repository(root), root / "logs", "--model-control-mode", "explicit", *loads)
+    running = start_server(_repository(root), root / "logs", "--model-control-mode", "explicit", *loads,
+                           *python_mode(request.param))
     yield running
     assert running.stop() == 0
 

@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import Server, add_python_model, metric, scrape, start_server, wait_until
+from helpers import PYTHON_MODES, Server, add_python_model, metric, scrape, python_mode, start_server, wait_until
 
 IO = '''
 input [{ name: "IN", data_type: TYPE_INT32, dims: [1] }]
@@ -239,10 +239,10 @@ def _repository(root: Path) -> Path:  # every model loads in control modes none 
     return repository
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@pytest.fixture(scope="module", params=PYTHON_MODES)
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("python_apis")
-    running = start_server(_repository(root), root / "logs")
+    running = start_server(_repository(root), root / "logs", *python_mode(request.param))
     running.repository = root / "models"  # type: ignore[attr-defined]
     yield running
     assert running.stop() == 0

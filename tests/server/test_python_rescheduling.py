@@ -18,7 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import Server, add_python_model, start_server
+from helpers import PYTHON_MODES, Server, add_python_model, python_mode, start_server
 
 IO = '''
 input [{ name: "IN", data_type: TYPE_INT32, dims: [1] }]
@@ -183,10 +183,10 @@ def _repository(root: Path) -> Path:
     return repository
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@pytest.fixture(scope="module", params=PYTHON_MODES)
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("python_rescheduling")
-    running = start_server(_repository(root), root / "logs")
+    running = start_server(_repository(root), root / "logs", *python_mode(request.param))
     yield running
     assert running.stop() == 0
 

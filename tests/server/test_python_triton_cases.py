@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from helpers import Server, add_python_model, client_for, infer_input, start_server, wait_until
+from helpers import PYTHON_MODES, Server, add_python_model, client_for, infer_input, python_mode, start_server, wait_until
 
 # Y = X * 2 (a BLS target)
 DOUBLE = '''
@@ -304,11 +304,12 @@ def _repository(root: Path) -> Path:
     return repository
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@pytest.fixture(scope="module", params=PYTHON_MODES)
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("python_triton_cases")
     loads = [arg for name in LOADED for arg in ("--load-model", name)]
-    running = start_server(_repository(root), root / "logs", "--model-control-mode", "explicit", *loads)
+    running = start_server(_repository(root), root / "logs", "--model-control-mode", "explicit", *loads,
+                           *python_mode(request.param))
     yield running
     assert running.stop() == 0
 
