@@ -6,7 +6,7 @@ SHARED ?= ../shared
 REPO ?= examples/model_repository
 PROTO_OUT := kserve_v2/_proto
 
-.PHONY: venv openvino azurite browser proto examples models serve test unit fuzz bench clean
+.PHONY: venv openvino azurite browser proto examples models serve test unit fuzz bench bench-smoke clean
 
 # One environment holds the server, the code generator and the test clients (tritonclient).
 $(BIN)/kserve-v2: pyproject.toml constraints.txt
@@ -73,6 +73,11 @@ FUZZ_EXAMPLES ?= 20000
 fuzz: venv
 	KSERVE_V2_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/server/test_fuzz.py
 	KSERVE_V2_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/codec/test_codec_differential.py
+
+# What the request path costs beside the do-nothing servers, in one short run (information, not a gate):
+# CPU per request of gRPC and REST `simple` and gRPC `simple_python` at c=4, and ours / ceiling.
+bench-smoke: venv
+	$(BIN)/python benchmarks/cpu_per_request.py --models simple simple_python --rounds 1 --seconds 3
 
 bench: venv openvino
 	$(BIN)/python benchmarks/perf.py

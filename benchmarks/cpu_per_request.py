@@ -1,6 +1,8 @@
 """Server CPU time per request under perf_analyzer load: steadier than throughput on a shared machine.
 
-For each case (protocol x concurrency) and server, perf_analyzer drives `simple`; after a warm-up,
+For each case (protocol x model x concurrency) and server, perf_analyzer drives the model (`simple`;
+``--models simple simple_python`` adds the same sums in a python model, run in the server's process;
+the ceiling servers answer `simple` for both, the same protocol work); after a warm-up,
 the CPU time of every thread of the server process (``/proc/<pid>/task/*/stat``: user + system)
 and the number of requests it answered (its own ModelStatistics success count; the ceiling servers
 count what they answer) are read twice, ``--seconds`` apart. CPU per request = CPU time / requests,
@@ -12,7 +14,10 @@ other processes on the machine spreads over all of them; the table shows the med
 main``), to compare before and after a change in one sitting.
 
 Usage: python benchmarks/cpu_per_request.py [--servers ours ceiling] [--protocols grpc http]
-       [--concurrency 4 16] [--rounds 3] [--seconds 5] [--source DIR]
+       [--models simple simple_python] [--concurrency 4 16] [--rounds 3] [--seconds 5] [--source DIR]
+
+``make bench-smoke`` runs one short round of gRPC and REST `simple` and gRPC `simple_python` (c=4),
+ours beside the ceiling, and prints the ratio: what each change to the request path costs.
 """
 
 from __future__ import annotations
@@ -73,14 +78,14 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_ours(label: str, source: Path, work: Path) -> Server:
-    """This server (from ``source``, a checkout) on free ports, `simple` loaded."""
+def start_ours(label: str, source: Path, work: Path, models: list[str]) -> Server:
+    """This server (from ``source``, a checkout) on free ports, ``models`` loaded."""
     ports = {"grpc": _free_port(), "http": _free_port()}
     log = work / f"{label}.log"
     proc = subprocess.Popen([sys.executable, "-m", "kserve_v2", "serve", "--model-repository", str(EXAMPLES),
                              "--grpc-address", "127.0.0.1", "--grpc-port", str(ports["grpc"]), "--http-address",
                              "127.0.0.1", "--http-port", str(ports["http"]), "--metrics-port", "0",
-                             "--model-control-mode", "explicit", "--load-model", "simple"],
+                             "--model-control-mode", "explicit", *(a for m in models for a in ("--load-model", m))],
                             cwd=source, stdout=open(log, "w"), stderr=subprocess.STDOUT,
                             env={**os.environ, "PYTHONPATH": str(source)})
     wait_http(proc, f"http://127.0.0.1:{ports['http']}/v2/models/simple/ready", log, label)
@@ -103,17 +108,17 @@ def start_ceiling(protocol: str, work: Path) -> Server:
     return Server(f"ceiling {protocol}", proc, {protocol: port})
 
 
-def answered(server: Server, protocol: str) -> int:
-    """The server's count of successful `simple` requests (ModelStatistics)."""
+def answered(server: Server, protocol: str, model: str) -> int:
+    """The server's count of successful requests of ``model`` (ModelStatistics)."""
     if protocol == "grpc":
         with grpc.insecure_channel(f"127.0.0.1:{server.ports['grpc']}") as channel:
-            reply = pb_grpc.GRPCInferenceServiceStub(channel).ModelStatistics(pb.ModelStatisticsRequest(name="simple"))
+            reply = pb_grpc.GRPCInferenceServiceStub(channel).ModelStatistics(pb.ModelStatisticsRequest(name=model))
         return reply.model_stats[0].inference_stats.success.count
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.ports['http']}/v2/models/simple/stats", timeout=10) as r:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.ports['http']}/v2/models/{model}/stats", timeout=10) as r:
         return int(json.load(r)["model_stats"][0]["inference_stats"]["success"]["count"])
 
 
-def sample(server: Server, protocol: str) -> Sample:
+def sample(server: Server, protocol: str, model: str) -> Sample:
     """CPU seconds by thread group now, and the requests answered."""
     main = other = 0.0
     pid = server.proc.pid
@@ -127,20 +132,22 @@ def sample(server: Server, protocol: str) -> Sample:
             main += seconds
         else:
             other += seconds
-    return Sample(main, other, answered(server, protocol))
+    return Sample(main, other, answered(server, protocol, model))
 
 
-def measure(tool: str, server: Server, protocol: str, concurrency: int, seconds: float) -> tuple[float, float, float]:
+def measure(tool: str, server: Server, protocol: str, model: str, concurrency: int, seconds: float
+            ) -> tuple[float, float, float]:
     """One round: (main thread us, other threads us) per request, and requests per second."""
-    load = subprocess.Popen([tool, "-m", "simple", "-i", protocol, "-u", f"127.0.0.1:{server.ports[protocol]}",
+    model = model if server.label.startswith("ours") else "simple"  # the ceiling's answer is simple's
+    load = subprocess.Popen([tool, "-m", model, "-i", protocol, "-u", f"127.0.0.1:{server.ports[protocol]}",
                              "--concurrency-range", str(concurrency), "--measurement-interval", "1000",
                              "--stability-percentage", "999", "--max-trials", "100000"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(WARM_UP_S)
-        before, started = sample(server, protocol), time.monotonic()
+        before, started = sample(server, protocol, model), time.monotonic()
         time.sleep(seconds)
-        after, elapsed = sample(server, protocol), time.monotonic() - started
+        after, elapsed = sample(server, protocol, model), time.monotonic() - started
     finally:
         load.send_signal(signal.SIGINT)
         try:
@@ -157,6 +164,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--servers", nargs="+", default=["ours", "ceiling"], choices=["ours", "ceiling"])
     parser.add_argument("--protocols", nargs="+", default=["grpc", "http"], choices=["grpc", "http"])
+    parser.add_argument("--models", nargs="+", default=["simple"], choices=["simple", "simple_python"],
+                        help="simple_python runs over gRPC only")
     parser.add_argument("--concurrency", nargs="+", type=int, default=[4])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per round")
@@ -168,28 +177,33 @@ def main() -> None:
         servers: dict[str, list[Server]] = {protocol: [] for protocol in args.protocols}
         try:
             if "ours" in args.servers:
-                ours = [start_ours("ours", ROOT, work)]
+                ours = [start_ours("ours", ROOT, work, args.models)]
                 if args.source is not None:
-                    ours.append(start_ours(f"ours ({args.source.name})", args.source.resolve(), work))
+                    ours.append(start_ours(f"ours ({args.source.name})", args.source.resolve(), work, args.models))
                 for protocol in args.protocols:
                     servers[protocol] += ours
             if "ceiling" in args.servers:
                 for protocol in args.protocols:
                     servers[protocol].append(start_ceiling(protocol, work))
-            print("| case | server | CPU us / request | event loop thread | other threads | requests/s |")
-            print("|---|---|---|---|---|---|")
-            for protocol in args.protocols:
+            print("| case | server | CPU us / request | event loop thread | other threads | requests/s | ours / ceiling |")
+            print("|---|---|---|---|---|---|---|")
+            cases = [(p, m) for p in args.protocols for m in args.models if p == "grpc" or m == "simple"]
+            for protocol, model in cases:
                 for concurrency in args.concurrency:
                     rounds: dict[str, list[tuple[float, float, float]]] = {s.label: [] for s in servers[protocol]}
                     for _ in range(args.rounds):
                         for server in servers[protocol]:
-                            rounds[server.label].append(measure(tool, server, protocol, concurrency, args.seconds))
+                            rounds[server.label].append(measure(tool, server, protocol, model, concurrency,
+                                                                args.seconds))
+                    totals = {label: statistics.median(m + o for m, o, _ in values) for label, values in rounds.items()}
+                    ceiling = next((t for label, t in totals.items() if label.startswith("ceiling")), None)
                     for label, values in rounds.items():
                         main_us, other_us, rate = (statistics.median(v) for v in zip(*values, strict=True))
-                        totals = sorted(round(m + o) for m, o, _ in values)
-                        print(f"| {protocol} simple c={concurrency} | {label} | {main_us + other_us:.0f} "
-                              f"(rounds: {', '.join(map(str, totals))}) | {main_us:.0f} | {other_us:.0f} | {rate:,.0f} |",
-                              flush=True)
+                        each = sorted(round(m + o) for m, o, _ in values)
+                        ratio = f"{totals[label] / ceiling:.2f}" if ceiling and not label.startswith("ceiling") else ""
+                        print(f"| {protocol} {model} c={concurrency} | {label} | {totals[label]:.0f} "
+                              f"(rounds: {', '.join(map(str, each))}) | {main_us:.0f} | {other_us:.0f} | {rate:,.0f} "
+                              f"| {ratio} |", flush=True)
         finally:
             for server in {id(s): s for group in servers.values() for s in group}.values():
                 server.proc.terminate()
