@@ -96,7 +96,8 @@ class App:
             SieMetrics(metrics, self.manager, registry)
         self.tracing = Tracing(settings.trace_config, settings.server_name)
         memory = SharedMemoryRegistry() if settings.allow_client_shm else None
-        logs = LogSettings(settings.log_verbose)
+        logs = LogSettings(settings.log_verbose, (settings.log_info, settings.log_warning, settings.log_error),
+                           settings.log_format, settings.log_file)
         budget = MemoryBudget(settings.max_request_decoded_bytes, settings.request_memory_pool_bytes)
         self.metrics = metrics
         self.offload = Offload()  # the decode threads and the JSON worker process, for gRPC and REST alike
@@ -110,7 +111,8 @@ class App:
                         else ReplicatedService(group, *service_args, cache=cache))
         # what the backends get when they open a model: the service's calls, so the host follows the service
         self.manager.host = BackendHost(custom_metrics, self.service.calls, settings.backend_config,
-                                        rate_limiter.from_settings(settings.rate_limit, settings.rate_limit_resources))
+                                        rate_limiter.from_settings(settings.rate_limit, settings.rate_limit_resources),
+                                        settings.model_load)
         self.server, self.health, self.servicer, self.grpc_port = build_server(self.service, settings,
                                                                                 reuse_port=group is not None)
         self.http: HttpServer | None = None
@@ -134,7 +136,8 @@ class App:
             if http_settings.tls.enabled:
                 tls = TlsFiles(http_settings.tls.server_cert, http_settings.tls.server_key, http_settings.tls.root_cert,
                                http_settings.tls.mutual)
-            self.http = http_server(app, settings.http_address, settings.http_port, tls=tls)
+            self.http = http_server(app, settings.http_address, settings.http_port, tls=tls,
+                                    reuse_port=group is not None or settings.reuse_http_port)
         self.metrics_server: HttpServer | None = None
         if registry is not None:
             self.metrics_server = http_server(build_metrics_app(exposition), settings.metrics_address,

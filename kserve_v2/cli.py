@@ -8,13 +8,16 @@ Triton's spellings where ours differ are accepted too (``TRITON_ALIASES``), so t
 a Triton container (KServe's ``kserve-tritonserver`` ClusterServingRuntime passes
 ``tritonserver --model-store=/mnt/models --grpc-port=9000 --http-port=8080 --allow-grpc=true
 --allow-http=true``) start this server unchanged after ``kserve-v2``. Source: Triton's
-``tritonserver --help`` and KServe's ``config/runtimes/kserve-tritonserver.yaml``.
+``tritonserver --help`` and KServe's ``config/runtimes/kserve-tritonserver.yaml``. Every option of
+Triton 2.51's ``tritonserver`` is accepted: acted on, or (``TRITON_WARNED``: no meaning for this
+server) with one start-up warning naming it and saying why (docs/cli.md, "Triton's flags").
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -30,7 +33,7 @@ import uvloop
 from kserve_v2 import __version__
 from kserve_v2.host.allocator import huge_page_environment, this_host
 from kserve_v2.host.cpus import usable_cpus
-from kserve_v2.observability.log_settings import log_to_stderr
+from kserve_v2.observability.log_settings import configure_logging
 from kserve_v2.repository.remote import repository_argument
 from kserve_v2.repository.stores import split_repositories
 from kserve_v2.settings.backend_config import parse_backend_config
@@ -39,20 +42,20 @@ from kserve_v2.settings.metrics_config import MetricsConfig, parse_metrics_confi
 from kserve_v2.settings.rate_limit import RATE_LIMIT_MODES, parse_rate_limit_resource
 from kserve_v2.settings.restrictions import GROUPS
 from kserve_v2.workers.replicas import ReplicaGroup
-from kserve_v2.settings.server import (CONTROL_MODES, EVENT_LOOPS, LOG_FORMATS, TOKEN_ID_MODES, GrpcSettings, HttpSettings,
-                                Settings, TlsSettings)
+from kserve_v2.settings.server import (COMPRESSION_LEVELS, CONTROL_MODES, EVENT_LOOPS, LOG_FORMATS, TOKEN_ID_MODES,
+                                       GrpcSettings, HttpSettings, ModelLoadSettings, Settings, TlsSettings)
 from kserve_v2.settings.trace_config import TraceConfig, parse_trace_config
 from kserve_v2.workers.supervisor import Supervisor, reserve_ports
 
 ENV_PREFIX = "KSERVE_V2_"
 # Settings fields that are not one flag each: they are built from several flags (see _settings)
 _GROUPED = {"model_repositories", "load_models", "metrics_config", "trace_config", "grpc", "http", "rate_limit_resources",
-            "cache_config", "backend_config"}
-# Triton's spellings: the `tritonserver` command runs `serve`; `--model-store` is `--model-repository`.
-TRITON_ALIASES = {"serve": ["tritonserver"], "--model-repository": ["--model-store"]}
+            "cache_config", "backend_config", "model_load", "warnings"}
+# Triton's spellings: the `tritonserver` command runs `serve`; `--model-store` is `--model-repository`;
+# `--id` is the server's identifier, its ServerMetadata name (`--server-name`).
+TRITON_ALIASES = {"serve": ["tritonserver"], "--model-repository": ["--model-store"], "--server-name": ["--id"]}
 # Triton's switches for what this server always does (or never does): only that value is accepted.
 TRITON_FIXED = {"allow-grpc": (True, "gRPC is this server's primary API (and its health probe)"),
-                "strict-model-config": (False, "configs are always auto-completed from the ONNX model"),
                 "allow-sagemaker": (False, "there is no SageMaker API"),
                 "allow-vertex-ai": (False, "there is no Vertex AI API"),
                 "model-namespacing": (False, "model names form one namespace; a name in two repositories is ambiguous")}
@@ -65,6 +68,84 @@ def _bool(text: str) -> bool:
     if value in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def _pair(first: Callable[[str], object], second: Callable[[str], object]) -> Callable[[str], str]:
+    """An argparse type for Triton's ``<a>:<b>`` values (``<device>:<bytes>``): checked, kept as given."""
+    def check(text: str) -> str:
+        head, colon, tail = text.partition(":")
+        with contextlib.suppress(ValueError):
+            if colon and first(head) is not None and second(tail) is not None:
+                return text
+        raise argparse.ArgumentTypeError(f"expected <{first.__name__}>:<{second.__name__}>, got '{text}'")
+    return check
+
+
+def _port_range(text: str) -> str:
+    """An argparse type for Triton's ``<integer>-<integer>`` (``--sagemaker-safe-port-range``)."""
+    low, dash, high = text.partition("-")
+    if not dash or not low.isdigit() or not high.isdigit():
+        raise argparse.ArgumentTypeError(f"expected <integer>-<integer>, got '{text}'")
+    return text
+
+
+def _setting(text: str) -> str:
+    """An argparse type for Triton's ``<name>,<setting>=<value>`` (``--host-policy``)."""
+    name, comma, setting = text.partition(",")
+    if not comma or not name or "=" not in setting:
+        raise argparse.ArgumentTypeError(f"expected <string>,<string>=<string>, got '{text}'")
+    return text
+
+
+# Triton's flags that have no effect here: accepted with their values checked as Triton types them,
+# each given one logs one start-up warning naming it and saying why: name -> (type, repeatable, why).
+TRITON_WARNED: dict[str, tuple[Callable[[str], object], bool, str]] = {
+    "enable-peer-access": (_bool, False,
+                           "GPU peer access is ONNX Runtime's (its CUDA provider), not the server's"),
+    "http-header-forward-pattern": (str, False, "not supported yet: request headers are not forwarded as parameters"),
+    "grpc-header-forward-pattern": (str, False, "not supported yet: request headers are not forwarded as parameters"),
+    "http-thread-count": (int, False, "HTTP requests are served on the event loop, not by a thread pool "
+                                      "(--workers adds processes)"),
+    "grpc-infer-allocation-pool-size": (int, False, "gRPC requests and responses are not pooled for reuse here"),
+    "sagemaker-port": (int, False, "there is no SageMaker API"),
+    "sagemaker-safe-port-range": (_port_range, False, "there is no SageMaker API"),
+    "sagemaker-thread-count": (int, False, "there is no SageMaker API"),
+    "vertex-ai-port": (int, False, "there is no Vertex AI API"),
+    "vertex-ai-thread-count": (int, False, "there is no Vertex AI API"),
+    "vertex-ai-default-model": (str, False, "there is no Vertex AI API"),
+    "pinned-memory-pool-byte-size": (int, False, "there is no pinned memory pool: ONNX Runtime copies tensors "
+                                                 "to and from its devices"),
+    "cuda-memory-pool-byte-size": (_pair(int, int), True, "there is no CUDA memory pool: ONNX Runtime allocates "
+                                                          "device memory (its CUDA provider's arena)"),
+    "cuda-virtual-address-size": (_pair(int, int), True, "there are no growable implicit state buffers here"),
+    "min-supported-compute-capability": (float, False, "ONNX Runtime's CUDA provider decides which GPUs it can use"),
+    "buffer-manager-thread-count": (int, False, "tensor contents are copied by the request's own thread; there "
+                                                "are no buffer manager threads"),
+    "host-policy": (_setting, True, "model instances are not bound to NUMA nodes or CPU cores here"),
+    "model-load-gpu-limit": (_pair(int, float), True, "GPU memory use is not checked before a model loads"),
+    "backend-directory": (str, False, "the backends (onnxruntime, python) are built in; no backend libraries "
+                                      "are loaded"),
+    "repoagent-directory": (str, False, "there are no repository agents"),
+}
+# Triton's texts (command_line_parser.cc) for its deprecated --strict-model-config
+STRICT_DEPRECATED = "'--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead."
+STRICT_OVERRIDDEN = ("Overriding deprecated '--strict-model-config' from False to True in favor of "
+                     "'--disable-auto-complete-config'!")
+
+
+def _verbose(text: str) -> int:
+    """Triton's ``--log-verbose``: an integer level, or a boolean (true: 1, false: 0)."""
+    try:
+        return int(text)
+    except ValueError:
+        return int(_bool(text))
+
+
+def _config_name(text: str) -> str:
+    """Triton's ``--model-config-name``: refused empty (Settings refuse spaces and path separators)."""
+    if not text:
+        raise argparse.ArgumentTypeError("Error: empty argument for --model-config-name")  # Triton's text
+    return text
 
 
 def _workers(text: str) -> int:
@@ -145,7 +226,9 @@ def _parser() -> argparse.ArgumentParser:
          "'model' (the model tokenizer's own ids)", choices=TOKEN_ID_MODES)
     flag("cors-allowed-origins", "", "origins browsers may call the HTTP API from, ','-separated ('*': any); "
          "empty: no CORS headers, preflights refused (the default)")
-    flag("server-name", defaults.server_name, "name in ServerMetadata; use 'triton' for clients that check it")
+    serve.add_argument("--server-name", *TRITON_ALIASES["--server-name"], default=_env("server-name", defaults.server_name),
+                       help="name in ServerMetadata (Triton's --id: the server's identifier); use 'triton' for "
+                       "clients that check it")
     flag("model-control-mode", defaults.model_control_mode,
          "'none': load every model at start, load/unload RPCs answer UNAVAILABLE; 'explicit': load the "
          "--load-model models at start, then load, reload and unload through the RPCs; 'poll': load every "
@@ -159,6 +242,17 @@ def _parser() -> argparse.ArgumentParser:
     flag("repository-poll-secs", defaults.repository_poll_secs, "poll mode: seconds between repository scans", type=float)
     flag("model-load-thread-count", defaults.model_load_thread_count,
          "models loaded at once, at start and by the poll mode's scans (as Triton)", type=int)
+    load = defaults.model_load
+    flag("model-load-retry-count", load.retry_count,
+         "times a model version that fails to load is tried again (as Triton)", type=int)
+    flag("model-config-name", load.config_name or None,
+         "a model's configuration is configs/<NAME>.pbtxt in its folder when that file exists, else config.pbtxt "
+         "(Triton's custom configuration name)", type=_config_name)
+    serve.add_argument("--disable-auto-complete-config", action="store_true",
+                       default=_bool(str(_env("disable-auto-complete-config", not load.auto_complete))),
+                       help="complete no model configuration from the model: config.pbtxt must exist and declare "
+                       "every input and output (as Triton)")
+    flag("strict-model-config", None, "DEPRECATED (Triton's): true is --disable-auto-complete-config", type=_bool)
     flag("exit-on-error", defaults.exit_on_error,
          "exit when initialization fails (a model repository that is missing or cannot be read: usage error; a "
          "model that fails to load at startup: exit code 1, as Triton does); false: stay up, a repository that "
@@ -202,9 +296,13 @@ def _parser() -> argparse.ArgumentParser:
          "on SIGTERM/SIGINT, seconds in-flight requests get to finish before exit", type=int)
     flag("event-loop", defaults.event_loop, "event loop for gRPC and HTTP: 'uvloop' (faster) or 'asyncio'",
          choices=EVENT_LOOPS)
-    flag("log-verbose", defaults.log_verbose, "verbose logging level (0 = info)", type=int)
-    flag("log-format", defaults.log_format, "log line format: 'text', or 'json' (one object a line)",
-         choices=LOG_FORMATS)
+    flag("log-verbose", defaults.log_verbose, "verbose logging level (0 = info; Triton's true/false: 1/0)",
+         type=_verbose)
+    flag("log-format", defaults.log_format, "log line format: 'text', 'json' (one object a line), or Triton's "
+         "'default' (LMMDD hh:mm:ss.ssssss) and 'ISO8601' (YYYY-MM-DDThh:mm:ssZ L)", choices=LOG_FORMATS)
+    flag("log-file", defaults.log_file, "append the log to this file (empty: stderr)")
+    for level in ("info", "warning", "error"):
+        flag(f"log-{level}", getattr(defaults, f"log_{level}"), f"enable/disable {level}-level logging", type=_bool)
     flag("grpc-keepalive-time", defaults.grpc.keepalive_time, "ms between server keepalive pings", type=int)
     flag("grpc-keepalive-timeout", defaults.grpc.keepalive_timeout, "ms to wait for a keepalive ping ack", type=int)
     flag("grpc-keepalive-permit-without-calls", defaults.grpc.keepalive_permit_without_calls,
@@ -215,8 +313,25 @@ def _parser() -> argparse.ArgumentParser:
          "minimum ms between client pings without data before they count as strikes", type=int)
     flag("grpc-http2-max-ping-strikes", defaults.grpc.http2_max_ping_strikes,
          "bad pings tolerated before the connection is closed (0 = unlimited)", type=int)
+    grpc = defaults.grpc
+    flag("grpc-max-connection-age", grpc.max_connection_age, "ms a gRPC connection may live (default: no limit)",
+         type=int)
+    flag("grpc-max-connection-age-grace", grpc.max_connection_age_grace,
+         "ms the calls of a connection past its age get to end (default: no limit)", type=int)
+    flag("grpc-infer-response-compression-level", grpc.compression_level,
+         "compression of gRPC responses: none, low, medium or high (gRPC's levels; all responses here, inference "
+         "responses in Triton)", type=str.lower, choices=COMPRESSION_LEVELS)
+    for proto, reuse in (("http", defaults.reuse_http_port), ("grpc", grpc.reuse_port)):
+        flag(f"reuse-{proto}-port", reuse, f"bind the {proto} port with SO_REUSEPORT, so that other servers may "
+             "listen on it too", type=_bool)
     for name, (value, why) in TRITON_FIXED.items():
         flag(name, value, f"Triton's flag; only {str(value).lower()} is accepted: {why}", type=_bool)
+    for name, (kind, repeat, why) in TRITON_WARNED.items():
+        env = _env(name, None)
+        serve.add_argument(f"--{name}", type=kind, action="append" if repeat else "store",
+                           default=str(env).split(";") if repeat and env is not None else env,
+                           help=f"Triton's flag, accepted with a warning: {why}" + ("" if not repeat else
+                           f" (repeat; env {ENV_PREFIX}{name.upper().replace('-', '_')}, ';'-separated)"))
     _network_flags(serve, flag, defaults)
     return parser
 
@@ -295,13 +410,25 @@ def parse_settings(argv: Sequence[str]) -> Settings:
     try:
         metrics_config = parse_metrics_config(args.metrics_config or ())
         trace_config = parse_trace_config(args.trace_config or (), args.trace_otlp_endpoint)
-        return _settings(args, tuple(repositories), metrics_config, trace_config)
+        return _settings(args, tuple(repositories), metrics_config, trace_config, _warnings(args))
     except ValueError as err:
         parser.error(str(err))  # Triton's texts where Triton has them, naming the flag
 
 
+def _warnings(args: argparse.Namespace) -> tuple[str, ...]:
+    """The start-up warnings of the Triton flags given: one for each flag of ``TRITON_WARNED``, and
+    Triton's for ``--strict-model-config``."""
+    found = [f"--{name} has no effect here: {why}" for name, (_, _, why) in TRITON_WARNED.items()
+             if getattr(args, name.replace("-", "_")) is not None]
+    if args.strict_model_config is not None:
+        found.append(STRICT_DEPRECATED)
+        if args.disable_auto_complete_config and not args.strict_model_config:
+            found.append(STRICT_OVERRIDDEN)
+    return tuple(found)
+
+
 def _settings(args: argparse.Namespace, repositories: tuple[Path, ...], metrics_config: MetricsConfig,
-              trace_config: TraceConfig) -> Settings:
+              trace_config: TraceConfig, warnings: tuple[str, ...]) -> Settings:
     """The Settings of parsed arguments (argparse converts environment defaults with ``type`` but
     checks no ``choices`` on them: Settings check every value).
 
@@ -310,7 +437,12 @@ def _settings(args: argparse.Namespace, repositories: tuple[Path, ...], metrics_
     """
     grpc = GrpcSettings(args.grpc_keepalive_time, args.grpc_keepalive_timeout, args.grpc_keepalive_permit_without_calls,
                         args.grpc_http2_max_pings_without_data, args.grpc_http2_min_recv_ping_interval_without_data,
-                        args.grpc_http2_max_ping_strikes, tuple(args.grpc_restricted_protocol or ()), _tls(args, "grpc"))
+                        args.grpc_http2_max_ping_strikes, tuple(args.grpc_restricted_protocol or ()), _tls(args, "grpc"),
+                        args.reuse_grpc_port, args.grpc_infer_response_compression_level, args.grpc_max_connection_age,
+                        args.grpc_max_connection_age_grace)
+    model_load = ModelLoadSettings(args.model_config_name or "",
+                                   not (args.disable_auto_complete_config or args.strict_model_config),
+                                   args.model_load_retry_count)
     origins = tuple(o.strip() for o in args.cors_allowed_origins.split(",") if o.strip())
     http = HttpSettings(args.http_max_input_size, args.http_header_timeout_secs, args.http_body_timeout_secs,
                         args.http_keepalive_timeout_secs, args.http_max_connections, args.http_max_header_size,
@@ -321,7 +453,8 @@ def _settings(args: argparse.Namespace, repositories: tuple[Path, ...], metrics_
     return Settings(model_repositories=repositories, load_models=tuple(args.load_model or ()),
                     metrics_config=metrics_config, trace_config=trace_config, grpc=grpc, http=http,
                     rate_limit_resources=resources, cache_config=cache,
-                    backend_config=parse_backend_config(args.backend_config or ()), **flat)
+                    backend_config=parse_backend_config(args.backend_config or ()), model_load=model_load,
+                    warnings=warnings, **flat)
 
 
 def _tls(args: argparse.Namespace, proto: str) -> TlsSettings:
@@ -335,7 +468,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(sys.argv[1:] if argv is None else argv)
     if argv is None and sys.executable:
         _start_with_huge_pages()
-    log_to_stderr(settings.log_format, settings.log_verbose)
+    try:
+        configure_logging(settings.log_format, settings.log_verbose, log_file=settings.log_file)
+    except OSError as err:
+        print(f"kserve-v2: cannot open --log-file: {err}", file=sys.stderr)
+        return 1
+    if settings.log_warning:  # once, before any replica starts; --log-warning=false silences them
+        for warning in settings.warnings:
+            logging.getLogger("kserve_v2").warning(warning)
     if settings.workers > 1:
         return _supervise(settings)
     with asyncio.Runner(loop_factory=_loop_factory(settings)) as runner:
@@ -361,7 +501,7 @@ def _supervise(settings: Settings) -> int:
 
 def _replica(settings: Settings, index: int, sock: socket.socket, restarted: bool) -> int:
     """One replica, in the child the supervisor forked: a whole server linked to the others."""
-    log_to_stderr(settings.log_format, settings.log_verbose, index)
+    configure_logging(settings.log_format, settings.log_verbose, index, settings.log_file)
     with asyncio.Runner(loop_factory=_loop_factory(settings)) as runner:
         return runner.run(_serve(settings, ReplicaGroup(index, sock, restarted)))
 

@@ -23,6 +23,7 @@ from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend.custom_metrics import CustomMetrics
 from kserve_v2.backend.local_calls import LocalCalls
 from kserve_v2.settings.backend_config import PythonBackendConfig
+from kserve_v2.settings.server import ModelLoadSettings
 
 
 class Allocation(Protocol):
@@ -73,9 +74,12 @@ class BackendHost:
             memory regions of models run in stub processes).
         rate_limiter: the rate limiter every loaded version's instances share (``--rate-limit
             execution_count``); None: rate limiting is off (Triton's default).
+        model_load: how the repository reads and loads models (``--model-config-name``,
+            ``--disable-auto-complete-config``, ``--model-load-retry-count``: ``kserve_v2.repository.loader``).
     """
 
     custom_metrics: CustomMetrics = field(default_factory=CustomMetrics)
     calls: LocalCalls | None = None
     python: PythonBackendConfig = PythonBackendConfig()
     rate_limiter: RateLimiting | None = None
+    model_load: ModelLoadSettings = ModelLoadSettings()

@@ -19,13 +19,19 @@ from kserve_v2.settings.server import Settings, TlsSettings
 # Triton's limit both ways (INT32_MAX): tritonclient sends and accepts messages up to 2 GiB - 1.
 MAX_MESSAGE_BYTES = 2**31 - 1
 SERVICE_NAME = SERVICE
+# Triton's --grpc-infer-response-compression-level: gRPC core's grpc_compression_level values
+COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
 
 
 def build_server(service: InferenceService, settings: Settings, reuse_port: bool = False
                  ) -> tuple[grpc.aio.Server, DrainingHealthServicer, Servicer, int]:
     """Create the server and bind its port (not started): TLS or mTLS and restricted groups as set.
     ``reuse_port``: bind with ``SO_REUSEPORT``, sharing the port with the other replicas of
-    ``--workers`` (off otherwise, so that no other server can share it unnoticed).
+    ``--workers``; also with Triton's ``--reuse-grpc-port`` (off otherwise, so that no other server
+    can share it unnoticed). ``--grpc-infer-response-compression-level`` is gRPC's default
+    compression level of the server's responses (gRPC picks an algorithm the client accepts; Triton
+    sets it on inference responses only), ``--grpc-max-connection-age[-grace]`` gRPC's channel
+    arguments of those names.
 
     Returns:
         (server, health servicer, inference servicer, bound port) - the port differs from the
@@ -45,8 +51,14 @@ def build_server(service: InferenceService, settings: Settings, reuse_port: bool
         ("grpc.http2.max_pings_without_data", grpc_settings.http2_max_pings_without_data),
         ("grpc.http2.min_recv_ping_interval_without_data_ms", grpc_settings.http2_min_recv_ping_interval_without_data),
         ("grpc.http2.max_ping_strikes", grpc_settings.http2_max_ping_strikes),
-        ("grpc.so_reuseport", int(reuse_port)),
+        ("grpc.so_reuseport", int(reuse_port or grpc_settings.reuse_port)),
     ]
+    if grpc_settings.compression_level != "none":
+        options.append(("grpc.default_compression_level", COMPRESSION_LEVELS[grpc_settings.compression_level]))
+    if grpc_settings.max_connection_age is not None:
+        options.append(("grpc.max_connection_age_ms", grpc_settings.max_connection_age))
+    if grpc_settings.max_connection_age_grace is not None:
+        options.append(("grpc.max_connection_age_grace_ms", grpc_settings.max_connection_age_grace))
     restrictions = parse_restrictions(grpc_settings.restricted_protocol, "grpc-restricted-protocol")
     interceptors = [RestrictedProtocolInterceptor(restrictions)] if restrictions else []  # none: no per-call cost
     server = grpc.aio.server(options=options, interceptors=interceptors)

@@ -6,14 +6,24 @@ Settings and texts follow Triton's ``docs/protocol/extension_logging.md`` and it
 (timestamps of the text log format; JSON lines always carry ISO 8601); ``log_file`` cannot be
 changed over the network. Unknown names are ignored, as Triton does. The settings act through one
 ``logging.Filter`` on the root logger's handlers (Python's standard ``logging``). Where the lines
-go and how they look (``--log-format``, a replica's tag) is ``log_to_stderr``.
+go (stderr, or Triton's ``--log-file``) and how they look (``--log-format``, a replica's tag) is
+``configure_logging``.
+
+Triton's two line layouts (``--log-format default|ISO8601``, its ``qa/L0_logging`` regexes; time in UTC,
+level E, W, I or V, the process id, the source file and line; the message JSON-encoded, a traceback
+included, unless ``TRITON_SERVER_ESCAPE_LOG_MESSAGES=0``, as Triton's ``extension_logging.md`` says)::
+
+    I1207 13:57:56.123456 1234 app.py:199] "message"
+    2026-12-07T13:57:56Z I 1234 app.py:199] "message"
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
+import time
 from datetime import UTC, datetime
 
 from kserve_v2.protocol.errors import InvalidInput, Unavailable, Unsupported
@@ -29,13 +39,19 @@ class LogSettings(logging.Filter):
 
     Args:
         verbose: the startup ``--log-verbose`` level.
+        levels: the startup ``--log-info``, ``--log-warning`` and ``--log-error`` (each level on or off).
+        log_format: the startup ``--log-format``: Triton's ``default`` or ``ISO8601`` (another, such as
+            ours ``text`` or ``json``, answers as ``default``).
+        log_file: the startup ``--log-file`` ("": stderr), as the settings answer it.
     """
 
-    def __init__(self, verbose: int) -> None:
+    def __init__(self, verbose: int, levels: tuple[bool, bool, bool] = (True, True, True),
+                 log_format: str = "default", log_file: str = "") -> None:
         super().__init__()
-        self._on = {level: True for level in _FLAGS.values()}
+        self._on = dict(zip(_FLAGS.values(), levels, strict=True))
         self._verbose = verbose
-        self._format = "default"
+        self._format = log_format if log_format in FORMATS else "default"
+        self._file = log_file
         self._installed = False
 
     def install(self) -> None:
@@ -85,12 +101,14 @@ class LogSettings(logging.Filter):
         if log_format != self._format:
             self._format = log_format
             for handler in logging.getLogger().handlers:
-                if handler.formatter is not None and type(handler.formatter) is logging.Formatter:
+                if isinstance(handler.formatter, TritonFormatter):
+                    handler.formatter.layout = log_format
+                elif handler.formatter is not None and type(handler.formatter) is logging.Formatter:
                     handler.formatter.datefmt = _ISO_TIME if log_format == "ISO8601" else None
 
     def current(self) -> dict[str, Value]:
         """Every setting, as Triton answers them."""
-        return {"log_file": "", "log_info": self._on[logging.INFO], "log_warning": self._on[logging.WARNING],
+        return {"log_file": self._file, "log_info": self._on[logging.INFO], "log_warning": self._on[logging.WARNING],
                 "log_error": self._on[logging.ERROR], "log_verbose_level": self._verbose,
                 "log_format": self._format}
 
@@ -111,11 +129,49 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def log_to_stderr(log_format: str, verbose: int, replica: int | None = None) -> None:
-    """Send log lines to stderr in ``--log-format`` (``text`` or ``json``), debug lines when
-    ``verbose`` > 0, tagged with the replica's number in a replica of ``--workers``."""
-    handler = logging.StreamHandler(sys.stderr)
+class TritonFormatter(logging.Formatter):
+    """Triton's log line layouts (see the module docstring): ``layout`` is ``default`` or ``ISO8601``
+    (the logging extension changes it while the server runs); a replica of ``--workers`` tags its
+    messages as the text layout does. Messages are JSON-encoded unless the environment has
+    ``TRITON_SERVER_ESCAPE_LOG_MESSAGES=0`` when the formatter is made."""
+
+    _LEVELS = {logging.ERROR: "E", logging.WARNING: "W", logging.INFO: "I"}
+
+    def __init__(self, layout: str, replica: int | None = None) -> None:
+        super().__init__()
+        self.layout = layout
+        self._tag = "" if replica is None else f"[replica {replica}] "
+        self._escape = os.environ.get("TRITON_SERVER_ESCAPE_LOG_MESSAGES") != "0"
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = next((letter for number, letter in self._LEVELS.items() if record.levelno >= number), "V")
+        utc = time.gmtime(record.created)
+        if self.layout == "ISO8601":
+            head = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', utc)} {level}"
+        else:
+            micros = int(record.created * 1_000_000) % 1_000_000
+            head = f"{level}{time.strftime('%m%d %H:%M:%S', utc)}.{micros:06d}"
+        message = self._tag + record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        return (f"{head} {os.getpid()} {record.filename}:{record.lineno}] "
+                f"{json.dumps(message, ensure_ascii=False) if self._escape else message}")
+
+
+def configure_logging(log_format: str, verbose: int, replica: int | None = None, log_file: str = "") -> None:
+    """Send log lines to stderr, or append them to ``log_file`` (Triton's ``--log-file``), in
+    ``--log-format`` (ours ``text`` or ``json``, Triton's ``default`` or ``ISO8601``), debug lines
+    when ``verbose`` > 0, tagged with the replica's number in a replica of ``--workers``.
+
+    Raises:
+        OSError: ``log_file`` cannot be opened for appending.
+    """
+    handler = logging.FileHandler(log_file, encoding="utf-8") if log_file else logging.StreamHandler(sys.stderr)
     tag = "" if replica is None else f"[replica {replica}] "
-    handler.setFormatter(JsonFormatter(replica) if log_format == "json"
-                         else logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s"))
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter(replica))
+    elif log_format in FORMATS:
+        handler.setFormatter(TritonFormatter(log_format, replica))
+    else:
+        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s"))
     logging.basicConfig(level=logging.DEBUG if verbose > 0 else logging.INFO, handlers=[handler], force=True)

@@ -1,6 +1,7 @@
 """config.pbtxt: parse, auto-complete from the ONNX graph, and validate.
 
-Follows Triton (``model_configuration.md``, onnxruntime backend): ``config.pbtxt`` is optional;
+Follows Triton (``model_configuration.md``, onnxruntime backend): ``config.pbtxt`` (or
+``configs/<name>.pbtxt`` with ``--model-config-name``) is optional unless auto-complete is disabled;
 ``name`` defaults to the folder name; a configuration naming no backend takes the one its version
 folder's model file names (``model.onnx``, ``model.py``: ``complete_backend``, Triton's core);
 missing inputs and outputs come from the ONNX graph;
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 _Tensor = TypeVar("_Tensor", mc.ModelInput, mc.ModelOutput)
 
 CONFIG_FILE = "config.pbtxt"
+CONFIGS_FOLDER = "configs"  # Triton's --model-config-name: configs/<name>.pbtxt
 PLATFORM = "onnxruntime_onnx"
 ENSEMBLE = "ensemble"  # Triton's ensemble platform: steps run other models (kserve_v2.scheduling.ensemble)
 DEFAULT_MAX_BATCH_SIZE = 4
@@ -69,14 +71,32 @@ def check_config_paths(config: mc.ModelConfig, name: str) -> None:
             raise ConfigError(f"model '{name}': {where} must be a relative path inside the model folder")
 
 
-def read_config(model_dir: Path, name: str, override_json: str | None = None) -> mc.ModelConfig:
-    """Read ``config.pbtxt`` (or a JSON override, protobuf JSON as Triton's load API takes).
+def config_file(model_dir: Path, config_name: str = "") -> Path:
+    """The configuration file of a model folder: ``configs/<config_name>.pbtxt`` when ``config_name``
+    is given (Triton's ``--model-config-name``) and that file exists, else ``config.pbtxt`` (Triton
+    core's ``GetModelConfigFullPath``)."""
+    if config_name:
+        custom = model_dir / CONFIGS_FOLDER / f"{config_name}.pbtxt"
+        if custom.is_file():
+            return custom
+    return model_dir / CONFIG_FILE
+
+
+def read_config(model_dir: Path, name: str, override_json: str | None = None, config_name: str = "",
+                auto_complete: bool = True) -> mc.ModelConfig:
+    """Read the configuration file (``config_file``), or a JSON override (protobuf JSON as Triton's
+    load API takes). Without ``auto_complete`` (Triton's ``--disable-auto-complete-config``) the file
+    must exist.
 
     Raises:
-        ConfigError: unparsable text or JSON, or a ``name`` that differs from the folder.
+        ConfigError: unparsable text or JSON, a ``name`` that differs from the folder, or no file
+            without ``auto_complete``.
     """
     config = mc.ModelConfig()
-    path = model_dir / CONFIG_FILE
+    path = config_file(model_dir, config_name)
+    if override_json is None and not auto_complete and not path.is_file():
+        raise ConfigError(f"model '{name}': the model configuration file "
+                          f"'{path.relative_to(model_dir)}' must exist: auto-complete is disabled")
     try:
         if override_json is not None:
             json_format.Parse(override_json, config)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from kserve_v2.repository import config_fields, layout
 from kserve_v2.runtime.onnx import confined_file
 from kserve_v2.scheduling import ensemble
 from kserve_v2.scheduling.sequence_config import SequenceSettings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -42,12 +45,16 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None,
     """Read the configuration, pick versions by policy, and open each version with its backend, for
     the server ``host`` (its backends get it; its rate limiter takes the versions' instances).
 
-    The newest version's interface auto-completes the configuration; the others are validated
-    against it. Never raises: every failure becomes a reason in the result.
+    The newest version's interface auto-completes the configuration (unless the host's
+    ``model_load.auto_complete`` is off: ``--disable-auto-complete-config``); the others are validated
+    against it. A version that fails is tried again up to ``model_load.retry_count`` times
+    (``--model-load-retry-count``, as Triton's model lifecycle). Never raises: every failure becomes
+    a reason in the result.
     """
     result = LoadResult()
+    settings = host.model_load
     try:
-        config = cfg.read_config(model_dir, name, override_json)
+        config = cfg.read_config(model_dir, name, override_json, settings.config_name, settings.auto_complete)
         config_fields.check(config)  # refuses the fields this server does not act on, warns once for others'
         if ensemble.is_ensemble(config):
             ensemble.check_config(config)
@@ -70,24 +77,41 @@ def load_model(model_dir: Path, name: str, gpus: int, override_json: str | None,
         return result
     found = backend.find(config.backend)
     assert found is not None  # read_config accepts only known backends
-    completed = False
+    completed = not settings.auto_complete
     for version in sorted(versions, reverse=True):
-        try:
-            executable = found.open_model(model_dir, version, config, host)
-            if not completed:
-                cfg.complete_tensors(config, executable.inputs, executable.outputs, executable.batchable)
-            # sequence controls are checked before the other tensors, as Triton's onnxruntime backend does
-            sequence = (SequenceSettings.from_config(config, model_dir, executable.inputs, executable.outputs)
-                        if config.HasField("sequence_batching") else None)
-            cfg.validate(config, executable.inputs, executable.outputs)
-            completed = True
-            result.loaded[version] = open_version(name, version, config, executable, sequence, result.labels,
-                                                  model_dir,  # model_dir: warmup data files (model_warmup)
-                                                  host.rate_limiter)
-        except Exception as err:  # noqa: BLE001 - any load failure is reported as the version's reason
-            result.failed[version] = _without_paths(err, model_dir)  # the version's reason, as Triton's index shows it
+        for attempt in range(settings.retry_count + 1):
+            try:
+                result.loaded[version] = _open(found, model_dir, name, version, config, completed, result.labels, host)
+                completed = True
+                result.failed.pop(version, None)
+                break
+            except Exception as err:  # noqa: BLE001 - any load failure is reported as the version's reason
+                # the version's reason, as Triton's index shows it
+                result.failed[version] = _without_paths(err, model_dir)
+                if attempt < settings.retry_count:
+                    log.warning("failed to load '%s' version %d (attempt %d of %d), retrying: %s", name, version,
+                                attempt + 1, settings.retry_count + 1, result.failed[version])
     result.config = config
     return result
+
+
+def _open(found: backend.Backend, model_dir: Path, name: str, version: int, config: mc.ModelConfig, completed: bool,
+          labels: dict[str, tuple[str, ...]], host: BackendHost) -> ModelVersion:
+    """Open one version with its backend; the first (``completed`` false) auto-completes ``config``'s tensors.
+
+    Raises:
+        Exception: whatever the backend, the configuration checks or the version's set-up raise.
+    """
+    executable = found.open_model(model_dir, version, config, host)
+    if not completed:
+        cfg.complete_tensors(config, executable.inputs, executable.outputs, executable.batchable)
+    # sequence controls are checked before the other tensors, as Triton's onnxruntime backend does
+    sequence = (SequenceSettings.from_config(config, model_dir, executable.inputs, executable.outputs)
+                if config.HasField("sequence_batching") else None)
+    cfg.validate(config, executable.inputs, executable.outputs)
+    return open_version(name, version, config, executable, sequence, labels,
+                        model_dir,  # model_dir: warmup data files (model_warmup)
+                        host.rate_limiter)
 
 
 def read_labels(model_dir: Path, config: mc.ModelConfig) -> dict[str, tuple[str, ...]]:

@@ -22,12 +22,14 @@ from kserve_v2.settings.trace_config import TraceConfig
 
 ControlMode = Literal["none", "explicit", "poll"]
 EventLoop = Literal["uvloop", "asyncio"]
-LogFormat = Literal["text", "json"]
+LogFormat = Literal["text", "json", "default", "ISO8601"]  # ours, then Triton's line layouts
+CompressionLevel = Literal["none", "low", "medium", "high"]  # Triton's --grpc-infer-response-compression-level
 TokenIds = Literal["tiktoken", "model"]  # how /v1/embeddings reads token-id input (transcoding.semantic.token_ids)
 CONTROL_MODES: tuple[str, ...] = get_args(ControlMode)
 EVENT_LOOPS: tuple[str, ...] = get_args(EventLoop)
 LOG_FORMATS: tuple[str, ...] = get_args(LogFormat)
 TOKEN_ID_MODES: tuple[str, ...] = get_args(TokenIds)
+COMPRESSION_LEVELS: tuple[str, ...] = get_args(CompressionLevel)
 
 
 @dataclass(frozen=True)
@@ -62,12 +64,14 @@ class TlsSettings:
 
 @dataclass(frozen=True)
 class GrpcSettings:
-    """The gRPC front end's keepalive and HTTP/2 ping policy (ms; Triton's ``--grpc-*`` flags, gRPC's
-    channel arguments), restricted protocol groups and TLS.
+    """The gRPC front end's keepalive and HTTP/2 ping policy and connection age (ms; Triton's ``--grpc-*``
+    flags, gRPC's channel arguments), restricted protocol groups, TLS, ``SO_REUSEPORT`` and the
+    compression level of responses.
 
     Raises:
-        ValueError: TLS without its files, or a ``restricted_protocol`` value Triton would refuse
-            (``kserve_v2.settings.restrictions``).
+        ValueError: TLS without its files, a ``restricted_protocol`` value Triton would refuse
+            (``kserve_v2.settings.restrictions``), a compression level other than
+            ``COMPRESSION_LEVELS`` (Triton's text) or a negative connection age.
     """
 
     keepalive_time: int = 7_200_000
@@ -78,10 +82,20 @@ class GrpcSettings:
     http2_max_ping_strikes: int = 2
     restricted_protocol: tuple[str, ...] = ()
     tls: TlsSettings = TlsSettings()
+    reuse_port: bool = False  # Triton's --reuse-grpc-port: bind with SO_REUSEPORT
+    compression_level: CompressionLevel = "none"  # Triton's --grpc-infer-response-compression-level
+    max_connection_age: int | None = None  # ms a connection may live (--grpc-max-connection-age); None: no limit
+    max_connection_age_grace: int | None = None  # ms calls get to end after that (--grpc-max-connection-age-grace)
 
     def __post_init__(self) -> None:
         self.tls.check("grpc")
         parse_restrictions(self.restricted_protocol, "grpc-restricted-protocol")
+        if self.compression_level not in COMPRESSION_LEVELS:  # Triton's text, sic
+            raise ValueError("invalid argument for --grpc_infer_response_compression_level")
+        for name in ("max_connection_age", "max_connection_age_grace"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"--grpc-{name.replace('_', '-')} must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -111,6 +125,34 @@ class HttpSettings:
                 raise ValueError(f"--http-{name.replace('_', '-')} must be > 0")
         self.tls.check("http")
         parse_restrictions(self.restricted_api, "http-restricted-api")
+
+
+@dataclass(frozen=True)
+class ModelLoadSettings:
+    """How the models of the repositories are read and loaded (Triton's flags).
+
+    Attributes:
+        config_name: ``--model-config-name``: a model folder's ``configs/<name>.pbtxt`` is its
+            configuration when that file exists, else ``config.pbtxt`` ("": always ``config.pbtxt``).
+        auto_complete: false with ``--disable-auto-complete-config`` or ``--strict-model-config=true``:
+            a configuration file must exist and declare every input and output; nothing is filled in
+            from the model (Triton's ``ValidateModelIOConfig``).
+        retry_count: ``--model-load-retry-count``: times a version that fails to load is tried again.
+
+    Raises:
+        ValueError: a config name that is empty when given or holds a space or a path separator,
+            or a negative retry count.
+    """
+
+    config_name: str = ""
+    auto_complete: bool = True
+    retry_count: int = 0
+
+    def __post_init__(self) -> None:
+        if any(c.isspace() or c in "/\\\0" for c in self.config_name) or self.config_name in (".", ".."):
+            raise ValueError(f"--model-config-name must be a file name without spaces, got '{self.config_name}'")
+        if self.retry_count < 0:
+            raise ValueError("--model-load-retry-count must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -158,6 +200,13 @@ class Settings:
     event_loop: EventLoop = "uvloop"
     log_verbose: int = 0
     log_format: LogFormat = "text"
+    log_info: bool = True  # Triton's --log-info, --log-warning, --log-error: each level on or off
+    log_warning: bool = True
+    log_error: bool = True
+    log_file: str = ""  # Triton's --log-file: the log goes (appended) to this file; "": stderr
+    reuse_http_port: bool = False  # Triton's --reuse-http-port: bind the HTTP port with SO_REUSEPORT
+    model_load: ModelLoadSettings = ModelLoadSettings()
+    warnings: tuple[str, ...] = ()  # start-up warnings: Triton flags given that have no effect here (kserve_v2.cli)
     trace_config: TraceConfig = TraceConfig()  # Triton's --trace-config, with --trace-otlp-endpoint folded in
     openai_token_ids: TokenIds = "tiktoken"
     api_key: str = ""  # the bearer token the semantic and OpenAI routes require ("" : none)

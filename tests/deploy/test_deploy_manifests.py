@@ -273,7 +273,8 @@ def test_triton_spellings_are_aliases() -> None:
     assert ours["allow_http"] is True
     assert both["model_repositories"] == [str(EXAMPLES), str(EXAMPLES / "simple")]  # both spellings append
     # what this server cannot switch is a clear usage error, not silently ignored
-    assert grpc_off == strict == sagemaker == {"exit": 2}
+    assert grpc_off == sagemaker == {"exit": 2}
+    assert strict["model_load"]["auto_complete"] is False  # Triton's deprecated spelling of --disable-auto-complete-config
 
 
 def test_object_storage_component_fills_the_repository_folder(tmp_path: Path) -> None:

@@ -111,10 +111,11 @@ def execution_mode(config: mc.ModelConfig, default: str) -> str:
 
 def _opened(model_class: Any, completes: bool, path: Path, model_dir: Path, version: int,
             config: mc.ModelConfig, host: BackendHost, package: str | None) -> PythonModel:
-    """Auto-complete ``config`` with ``model_class`` (when ``completes``) and initialize its instances
-    (``package``: what the model file was imported as, in process)."""
+    """Auto-complete ``config`` with ``model_class`` (when ``completes``, unless the server runs with
+    ``--disable-auto-complete-config``) and initialize its instances (``package``: what the model
+    file was imported as, in process)."""
     folder = str(path.parent)
-    if completes:
+    if completes and host.model_load.auto_complete:  # --disable-auto-complete-config: Triton's stub skips it too
         with running_as(InProcessHost(folder, None, (), host=host)):
             try:
                 completed = model_class.auto_complete_config(ModelConfig(config_json(config)))
