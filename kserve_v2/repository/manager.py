@@ -117,7 +117,9 @@ class ModelManager(ModelRecords):
             InvalidInput: an unsafe model name, or nothing could be loaded (Triton's text, see
                 ``load_failure``) -> INVALID_ARGUMENT / 400.
             InternalError: no such folder, or a ``config`` override that is not ModelConfig JSON ("failed
-                to load '<m>', failed to poll from model repository") -> INTERNAL / 500.
+                to load '<m>', failed to poll from model repository"; after it, the URL and reason of a
+                remote repository that cannot be listed or read: ``remote.unlisted``, ``fetch_model``)
+                -> INTERNAL / 500.
 
         A load without a ``config`` keeps the override of an earlier load until a file of the model's
         folder changes or the model is unloaded (Triton's core; ``overrides.KeptConfig``).
@@ -258,8 +260,8 @@ class ModelManager(ModelRecords):
             except OverrideError as err:
                 raise poll_failure(name, err) from None
         dirs = layout.model_dirs(self._repositories).get(name)
-        if not dirs:
-            raise InternalError(f"failed to load '{name}', failed to poll from model repository")
+        if not dirs:  # Triton's text; with the URL and reason of a remote repository whose listing failed
+            raise remote.unlisted(name)
         if len(dirs) > 1:
             raise InternalError(f"failed to load '{name}': the model appears in more than one model repository")
         return dirs[0]

@@ -10,8 +10,10 @@ never loads. Files already downloaded whose ETag did not change are linked, not 
 stream to disk. The local loading code then reads the mirror as it reads any folder.
 
 A listing that fails (endpoint unreachable, no bucket, credentials refused) fails the start
-(``unreadable``) or the load that needs it (``fetch_model``), with a text naming the URL and no secret; a
-poll whose listing fails keeps the last listing, so loaded versions keep serving, and tries again next time.
+(``unreadable``) or the load that needs it (``fetch_model``, ``unlisted``), with a text naming the URL and no
+secret; a poll whose listing fails keeps the last listing, so loaded versions keep serving, and tries again next
+time. A prefix that holds no object in a bucket that exists is an empty repository, not a failure: a poll sees
+no model and unloads the last one (Triton lists it so). At start, as in Triton, it is no repository (``check``).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class RemoteRepository:
         self._lock = threading.Lock()
         self._listing: dict[str, Files] | None = None  # model name -> its files, as last listed
         self._failed_at = -RETRY_AFTER_FAILURE_SECS  # time.monotonic() of the last failed listing
+        self.failed = ""  # why the last listing failed (``reason``), or "" when it was read
 
     @property
     def store(self) -> Any:
@@ -71,18 +74,49 @@ class RemoteRepository:
             self._store = stores.open_store(self.location)
         return self._store
 
+    @property
+    def url(self) -> str:
+        """The repository's URL as texts show it (``stores.public_url``: no user information, no query)."""
+        return stores.public_url(self.location.url)
+
+    @staticmethod
+    def reason(err: BaseException) -> str:
+        """A store library's error as a short text, with no secret (``stores.redact``)."""
+        return stores.redact(f"{type(err).__name__}: {err}" if str(err) else type(err).__name__)
+
     def failure(self, err: BaseException) -> str:
         """Why the store cannot be read, naming the URL and no secret."""
-        detail = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-        return stores.redact(f"model repository '{self.location.url}' cannot be read: {detail}")
+        return f"model repository '{self.url}' cannot be read: {self.reason(err)}"
+
+    def poll_failure(self, name: str, reason: str) -> InternalError:
+        """A load of model ``name`` that this repository's listing failed, logged: Triton's text ("failed to load
+        '<m>', failed to poll from model repository"), then the URL and ``reason``.
+
+        Returns:
+            InternalError -> INTERNAL / 500, for the caller to raise.
+        """
+        text = f"failed to load '{name}', failed to poll from model repository '{self.url}': {reason}"
+        log.error("%s", text)
+        return InternalError(text)
 
     def _list(self, prefix: str) -> dict[str, Files]:
-        """Every file under ``root/prefix``, by model name (blocking; raises what the store raises)."""
+        """Every file under ``root/prefix``, by model name (blocking; raises what the store raises). Nothing under
+        it is an empty listing when the bucket (Azure: the container) exists.
+
+        Raises:
+            FileNotFoundError: no such bucket; else what the store library raises (endpoint unreachable,
+                credentials refused).
+        """
         root = self.location.root
         base = f"{root}/{prefix}".rstrip("/")
         listed = self.store.find(base, detail=True)
-        if not listed and not prefix and not self.store.exists(root):
-            raise FileNotFoundError(f"no such bucket or folder '{root}'")
+        if not listed:  # an empty prefix, or a missing bucket that the library lists as empty (adlfs)
+            bucket = root.split("/")[0]
+            try:
+                self.store.info(bucket)
+            except FileNotFoundError:
+                kind = "container" if self.location.scheme == "as" else "bucket"
+                raise FileNotFoundError(f"no such {kind} '{bucket}'") from None
         found: dict[str, Files] = {}
         for path, info in listed.items():
             relative = path[len(root):].lstrip("/")
@@ -110,8 +144,9 @@ class RemoteRepository:
             if self._listing is not None and time.monotonic() - self._failed_at < RETRY_AFTER_FAILURE_SECS:
                 return self._listing
             try:
-                self._listing = self._list("")
+                self._listing, self.failed = self._list(""), ""
             except Exception as err:
+                self.failed = self.reason(err)
                 if self._listing is None:
                     raise
                 self._failed_at = time.monotonic()
@@ -119,12 +154,19 @@ class RemoteRepository:
             return self._listing
 
     def check(self) -> str:
-        """Why the repository cannot be listed, or "" (blocking)."""
+        """Why the repository cannot be listed, or "" (blocking; at start). A URL whose bucket exists but whose
+        path holds no object is no repository (Triton's ``IsDirectory`` is false there: "repository path is not a
+        valid directory"); a URL that names a bucket alone is one, empty or not."""
         try:
             with self._lock:
-                self._listing = self._list("")
+                self._listing, self.failed = self._list(""), ""
         except Exception as err:
+            self.failed = self.reason(err)
             return self.failure(err)
+        bucket, _, path = self.location.root.partition("/")
+        if path and not self._listing:
+            self.failed = f"no object under '{path}/' in '{bucket}': repository path is not a valid directory"
+            return f"model repository '{self.url}' cannot be read: {self.failed}"
         return ""
 
     def fingerprints(self, name: str) -> Iterator[tuple[str, int, int]]:
@@ -142,13 +184,14 @@ class RemoteRepository:
         linked from the current copy; the staging folder then replaces the model folder.
 
         Raises:
-            InternalError: the store cannot be read, or has no such model -> INTERNAL / 500.
+            InternalError: the store cannot be read ("failed to load '<m>', failed to poll from model repository
+                '<url>': <reason>", logged), or has no such model (Triton's text alone) -> INTERNAL / 500.
         """
         target = self.mirror / name
         try:
             files = self._list(name + "/").get(name, {})
         except Exception as err:
-            raise InternalError(f"failed to load '{name}': {self.failure(err)}") from None
+            raise self.poll_failure(name, self.reason(err)) from None
         if not files:
             raise InternalError(f"failed to load '{name}', failed to poll from model repository")
         manifest = self.mirror / ".manifests" / f"{name}.json"  # what the folder holds, for every replica
@@ -179,10 +222,10 @@ class RemoteRepository:
                     staging.rename(target)
             except Exception as err:
                 shutil.rmtree(staging, ignore_errors=True)
-                raise InternalError(f"failed to load '{name}': {self.failure(err)}") from None
+                raise self.poll_failure(name, self.reason(err)) from None
             manifest.parent.mkdir(exist_ok=True)
             manifest.write_text(json.dumps(wanted))
-            log.info("model '%s': %d files from %s in %s", name, len(files), self.location.url, target)
+            log.info("model '%s': %d files from %s in %s", name, len(files), self.url, target)
         return target
 
 
@@ -246,6 +289,21 @@ def fetch_model(folder: Path) -> None:
     repository = mirrored(folder.parent)
     if repository is not None:
         repository.fetch(folder.name)
+
+
+def unlisted(name: str) -> InternalError:
+    """Triton's answer to a load of model ``name`` that no repository lists: "failed to load '<m>', failed to poll
+    from model repository"; when the last listing of a remote repository failed (the model may be in it), its
+    URL and why follow (``RemoteRepository.poll_failure``, logged). Every remote repository of this process
+    counts, those of a start that failed (``--exit-on-error=false``) too.
+
+    Returns:
+        InternalError -> INTERNAL / 500, for the caller to raise.
+    """
+    for repository in _MIRRORS.values():
+        if repository.failed:
+            return repository.poll_failure(name, repository.failed)
+    return InternalError(f"failed to load '{name}', failed to poll from model repository")
 
 
 def register(url: str) -> Path:

@@ -74,6 +74,12 @@ def is_url(text: str) -> bool:
     return any(text.startswith(f"{scheme}://") for scheme in SCHEMES)
 
 
+def public_url(url: str) -> str:
+    """``url`` as a text may show it: without user information (``user:password@``, after the scheme or an S3
+    endpoint's ``http(s)://``) and without a query or fragment (a signature, a SAS token)."""
+    return re.sub(r"(://)[^/@]*@", r"\1", re.split(r"[?#]", url, maxsplit=1)[0])
+
+
 def split_repositories(text: str) -> list[str]:
     """The repositories of a ``:``-separated list (``KSERVE_V2_MODEL_REPOSITORY``), where URLs keep their own colons:
     ``/models:s3://127.0.0.1:9000/bucket/repo:gs://b/m`` is a folder and two URLs. A ``:`` belongs to a URL when

@@ -25,7 +25,7 @@ import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
-from helpers import free_port, make_model, start_server, wait_until
+from helpers import free_port, http_json, make_model, start_server, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY_ID = "AKIAKSERVEV2TEST0001"
@@ -75,6 +75,10 @@ class Moto:
     def delete_prefix(self, prefix: str, bucket: str = "models") -> None:
         for item in self.s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", []):
             self.s3.delete_object(Bucket=bucket, Key=item["Key"])
+
+    def reset(self) -> None:
+        """Forget every bucket (moto's ``/moto-api/reset``)."""
+        urllib.request.urlopen(urllib.request.Request(self.endpoint + "/moto-api/reset", method="POST")).close()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -272,6 +276,95 @@ def test_s3_endpoint_dies_during_poll_keeps_serving(moto: Moto, tmp_path: Path) 
                 back.stop()
     finally:
         assert server.stop() == 0
+
+
+def _names(client: grpcclient.InferenceServerClient) -> set[str]:
+    return {m.name for m in client.get_model_repository_index().models}
+
+
+def test_s3_poll_missing_bucket_keeps_serving_and_an_empty_prefix_unloads_every_model(moto: Moto,
+                                                                                      tmp_path: Path) -> None:
+    """A bucket that goes away is an outage (the last listing serves on); a prefix with no object in a bucket that
+    exists is an empty repository: the poll unloads the last models, as Triton's does."""
+    _, env = mount(tmp_path)
+    server = start_server(moto.url(), tmp_path / "logs", "--model-control-mode", "poll", "--repository-poll-secs", "1",
+                          env=env)
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            assert infer(client, "scale") == 2.0 and client.is_server_ready()
+            moto.reset()  # every bucket gone
+            wait_until(lambda: "bucket does not exist; keeping the last listing" in server.log(), "a failed poll logged")
+            assert f"model repository '{moto.url()}' cannot be read" in server.log()
+            assert infer(client, "scale") == 2.0 and _names(client) == {"scale", "other"}
+            moto.s3.create_bucket(Bucket="models")  # back, with nothing under repo/: every model goes
+            wait_until(lambda: not client.is_model_ready("scale") and not client.is_model_ready("other"),
+                       "every model unloaded")
+            wait_until(lambda: _names(client) == set(), "the index empty")  # unloaded, then forgotten
+            # live; ready as with a local repository emptied in poll mode (test_lifecycle's empty repository)
+            assert client.is_server_live() and not client.is_server_ready()
+            moto.put("repo/scale/1/model.onnx", scale_model(5.0))  # and a model that comes back loads again
+            wait_until(lambda: client.is_model_ready("scale"), "'scale' loaded again")
+            assert infer(client, "scale") == 5.0 and client.is_server_live()
+        assert SECRET not in server.log()
+    finally:
+        assert server.stop() == 0
+
+
+def test_s3_empty_prefix_at_start_is_no_repository(moto: Moto, tmp_path: Path) -> None:
+    """As Triton's IsDirectory: a path in a bucket that holds no object is not a valid directory at start; a URL that
+    names a bucket alone is a repository, empty or not."""
+    with pytest.raises(RuntimeError) as failed:
+        start_server(moto.url(path="nothing"), tmp_path / "logs", env=CREDENTIALS)
+    assert (f"model repository '{moto.url(path='nothing')}' cannot be read: no object under 'nothing/' in 'models': "
+            "repository path is not a valid directory") in str(failed.value)
+    moto.s3.create_bucket(Bucket="empty")
+    server = start_server(f"s3://127.0.0.1:{moto.port}/empty", tmp_path / "logs", "--model-control-mode", "explicit",
+                          env=CREDENTIALS)
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            assert client.is_server_ready() and _names(client) == set()
+    finally:
+        assert server.stop() == 0
+
+
+def test_s3_load_from_a_missing_bucket_names_the_url_without_a_secret(moto: Moto, tmp_path: Path) -> None:
+    url = moto.url()
+    _, env = mount(tmp_path)
+    server = start_server(url, tmp_path / "logs", "--model-control-mode", "explicit", env=env)
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            client.load_model("other")
+            moto.reset()  # every bucket gone
+            # listed before (its files are read now) and never listed (the listing failed): both name the URL
+            for name in ("scale", "late"):
+                with pytest.raises(InferenceServerException) as failed:
+                    client.load_model(name)
+                text = failed.value.message()
+                assert text.startswith(f"failed to load '{name}', failed to poll from model repository '{url}': ")
+                assert "bucket does not exist" in text and SECRET not in text and KEY_ID not in text
+                assert f"failed to load '{name}', failed to poll from model repository '{url}'" in server.log()
+            assert infer(client, "other") == 3.0  # what was loaded serves on
+        status, body = http_json(server, "/v2/repository/models/scale/load", {})
+        assert status == 500 and body["error"].startswith(
+            f"failed to load 'scale', failed to poll from model repository '{url}': "), body
+        assert SECRET not in body["error"]
+        assert SECRET not in server.log()
+    finally:
+        assert server.stop() == 0
+    # a start that failed (--exit-on-error=false): a load names the repository that failed, as the start did
+    absent = moto.url(bucket="absent")
+    server = start_server(absent, tmp_path / "logs", "--model-control-mode", "explicit", "--exit-on-error=false",
+                          env=CREDENTIALS, wait_startup=False)
+    try:
+        wait_until(lambda: "server failed to initialize" in server.log(), "the failure logged")
+        with grpcclient.InferenceServerClient(server.url) as client:
+            with pytest.raises(InferenceServerException) as failed:
+                client.load_model("scale")
+        text = failed.value.message()
+        assert text.startswith(f"failed to load 'scale', failed to poll from model repository '{absent}': ")
+        assert "bucket does not exist" in text and SECRET not in text and SECRET not in server.log()
+    finally:
+        server.stop()
 
 
 @pytest.mark.parametrize("state", ["missing", "not empty"])
@@ -517,3 +610,25 @@ def test_azure_wrong_key_fails_clearly_without_the_secret(azurite: Azurite, tmp_
     assert "exited with 1" in text and f"model repository '{AZURE_URL}' cannot be read" in text
     assert "authenticate" in text.lower() or "authorization" in text.lower(), text
     assert wrong not in text and AZURITE_KEY not in text and "AccountKey=" + wrong not in text
+
+
+def test_azure_poll_missing_container_keeps_serving_and_an_empty_prefix_unloads(azurite: Azurite,
+                                                                                 tmp_path: Path) -> None:
+    """adlfs lists a missing container as empty: the container is asked for, so its loss is an outage (the last
+    listing serves on) and only an empty prefix in a container that exists unloads the models."""
+    env = {"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string(AZURITE_KEY)}
+    server = start_server(AZURE_URL, tmp_path / "logs", "--model-control-mode", "poll", "--repository-poll-secs", "1",
+                          env=env)
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            assert infer(client, "scale") == 2.0
+            azurite.fs.rmdir("models")  # the container, with its blobs
+            wait_until(lambda: "no such container 'models'; keeping the last listing" in server.log(),
+                       "a failed poll logged")
+            assert infer(client, "scale") == 2.0 and _names(client) == {"scale", "other"}
+            azurite.fs.mkdir("models")
+            wait_until(lambda: _names(client) == set(), "every model unloaded and gone from the index")
+            assert not client.is_model_ready("scale") and client.is_server_live()
+        assert AZURITE_KEY not in server.log()
+    finally:
+        assert server.stop() == 0
