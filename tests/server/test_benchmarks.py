@@ -120,17 +120,21 @@ def test_memory_harness_prints_its_table() -> None:
 
 
 def test_cpu_per_request_harness_prints_its_table() -> None:
-    """benchmarks/cpu_per_request.py: a row per server with CPU time per request, from a real perf_analyzer load."""
+    """benchmarks/cpu_per_request.py (as make bench-smoke runs it, gRPC only): a row per case and server with CPU time
+    per request from a real perf_analyzer load, and ours over the ceiling."""
     perf_analyzer()  # or skip, saying why
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu_per_request.py"), "--protocols", "grpc",
-                           "--rounds", "1", "--seconds", "1"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+                           "--models", "simple", "simple_python", "--rounds", "1", "--seconds", "1"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    rows = {cells[1]: cells[2:] for cells in ([c.strip() for c in line.split("|")[1:-1]] for line in done.stdout.splitlines()
-                                              if line.startswith("| grpc"))}
-    assert list(rows) == ["ours", "ceiling grpc"], done.stdout
-    for total, loop_thread, others, rate in rows.values():
+    rows = {(cells[0], cells[1]): cells[2:] for cells in ([c.strip() for c in line.split("|")[1:-1]]
+                                                          for line in done.stdout.splitlines() if line.startswith("| grpc"))}
+    assert list(rows) == [("grpc simple c=4", "ours"), ("grpc simple c=4", "ceiling grpc"),
+                          ("grpc simple_python c=4", "ours"), ("grpc simple_python c=4", "ceiling grpc")], done.stdout
+    for (_, server), (total, loop_thread, others, rate, ratio) in rows.items():
         assert float(total.split(" (")[0]) > 0 and float(loop_thread) > 0 and float(others) >= 0
         assert float(rate.replace(",", "")) > 0  # the server answered the load
+        assert (float(ratio) > 0) if server == "ours" else ratio == ""
 
 
 def test_in_process_harness_prints_its_table() -> None:
