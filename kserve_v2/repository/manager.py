@@ -32,7 +32,7 @@ from kserve_v2.repository import layout, remote
 from kserve_v2.repository.loader import LoadResult, load_model
 from kserve_v2.scheduling import ensemble
 from kserve_v2.scheduling.ensemble_scheduler import EnsembleScheduler
-from kserve_v2.repository.config import CONFIG_FILE
+from kserve_v2.repository.config import config_file
 from kserve_v2.repository.overrides import (KeptConfig, LoadOverrides, OverrideError, parse_config_override,
                                             parse_load_parameters, poll_failure, write_private_folder)
 from kserve_v2.protocol.model_spec import ModelSpec
@@ -67,6 +67,10 @@ class ModelManager(ModelRecords):
         self.step_runner: ensemble.StepRunner | None = None  # the inference call ensemble steps go through
         self.step_streamer: ensemble.StepStreamer | None = None  # and the stream call decoupled steps go through
         self.host = BackendHost()
+
+    def config_name(self) -> str:
+        """Triton's ``--model-config-name``, as the host's model load settings hold it."""
+        return self.host.model_load.config_name
 
     async def load_startup_models(self, names: list[str], at_once: int = 1) -> None:
         """Load the models of the startup set, ``at_once`` at a time (Triton's
@@ -245,7 +249,8 @@ class ModelManager(ModelRecords):
                 parse_config_override(overrides.config_json, name)
             except OverrideError as err:
                 raise poll_failure(name, err) from None
-            return overrides, None if overrides.files else KeptConfig.taken(overrides.config_json, folder, CONFIG_FILE)
+            used = str(config_file(folder, self.config_name()).relative_to(folder))
+            return overrides, None if overrides.files else KeptConfig.taken(overrides.config_json, folder, used)
         record = self._records.get(name)
         kept = record.kept if record is not None else None
         if kept is None or layout.modified_ns(folder) > kept.stamp_ns:

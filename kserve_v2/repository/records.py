@@ -19,7 +19,7 @@ from kserve_v2.models.lifecycle import State
 from kserve_v2.models.version import ModelVersion
 from kserve_v2.protocol.errors import InvalidInput, NotFound, Unavailable
 from kserve_v2.repository import layout
-from kserve_v2.repository.config import CONFIG_FILE, ConfigError, read_config
+from kserve_v2.repository.config import ConfigError, config_file, read_config
 from kserve_v2.repository.overrides import KeptConfig
 from kserve_v2.scheduling import ensemble
 
@@ -128,7 +128,8 @@ class ModelRecords:
 
     def stored_config(self, name: str) -> mc.ModelConfig | None:
         """The configuration of a model in the repositories, loaded or not: the completed one of its
-        last load, else its folder's ``config.pbtxt`` as read (no load; read again only once the file
+        last load, else its folder's configuration file as read (``config.config_file``: ``config.pbtxt``
+        or the ``--model-config-name`` one; no load; read again only once the file
         changes); None when the name is in no repository or its configuration cannot be read."""
         record = self._records.get(name)
         if record is not None and record.config is not None:
@@ -150,17 +151,21 @@ class ModelRecords:
             if config is not None:
                 yield name, config
 
+    def config_name(self) -> str:
+        """Triton's ``--model-config-name`` ("": ``config.pbtxt``); the manager's is its host's."""
+        return ""
+
     def _read_stored(self, folder: Path, name: str) -> mc.ModelConfig | None:
         try:
-            stat = (folder / CONFIG_FILE).stat()
+            stat = config_file(folder, self.config_name()).stat()
             key: tuple[int, int, int] | None = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
         except OSError:
-            key = None  # no config.pbtxt: the configuration is completed from the model alone
+            key = None  # no config file: the configuration is completed from the model alone
         cached = self._stored.get(folder)
         if cached is not None and cached[0] == key:
             return cached[1]
         try:
-            config: mc.ModelConfig | None = read_config(folder, name)
+            config: mc.ModelConfig | None = read_config(folder, name, config_name=self.config_name())
         except ConfigError:
             config = None
         self._stored[folder] = (key, config)

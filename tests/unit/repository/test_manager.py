@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from dataclasses import replace
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -24,6 +25,7 @@ from kserve_v2.protocol.errors import InternalError, InvalidInput, NotFound
 from kserve_v2.repository.loader import LoadResult
 from kserve_v2.repository.manager import ModelManager, load_failure
 from kserve_v2.repository.records import IndexEntry
+from kserve_v2.settings.server import ModelLoadSettings
 from tests.helpers import add_model, identity_model
 
 T = TypeVar("T")
@@ -301,3 +303,21 @@ def test_load_failure_is_tritons_text() -> None:
                                          "version 2 is at UNAVAILABLE state: bad graph;\n")
     failed.error = "whole model broken"
     assert load_failure("m", failed) == "load failed for model 'm': whole model broken\n"
+
+
+def test_the_stored_configuration_of_a_model_not_loaded_is_the_config_name_one(tmp_path: Path) -> None:
+    """``--model-config-name``: ``configs/<name>.pbtxt`` is what the manager reads of a model never
+    loaded (the text routes' lists, ModelConfig of a model not loaded), as a load reads it."""
+    repository = _repository(tmp_path)
+    (repository / "other" / "configs").mkdir()
+    (repository / "other" / "configs" / "h100.pbtxt").write_text(IDENTITY.replace("max_batch_size: 0",
+                                                                                   "max_batch_size: 0 version_policy { latest { num_versions: 2 } }"))
+
+    async def check(manager: ModelManager, changes: list[int]) -> None:
+        assert not manager.stored_config("other").version_policy.HasField("latest")  # config.pbtxt
+        manager.host = replace(manager.host, model_load=ModelLoadSettings(config_name="h100"))
+        manager._stored.clear()  # as a new server would start
+        assert manager.stored_config("other").version_policy.latest.num_versions == 2
+        assert manager.stored_config("ident").max_batch_size == 0  # no configs/h100.pbtxt: config.pbtxt
+
+    _run(check, repository)
