@@ -98,3 +98,42 @@ def test_threads_a_model_started_act_as_that_model(tmp_path: Path, mode: str) ->
             assert {f.split("_")[2] for f in families} == {"first"}  # the first model's stays; the other's went
     finally:
         assert server.stop() == 0
+
+
+GPU_ASKS = '''
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            gpu = pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_GPU, 0)
+            for _ in range(2):
+                response = pb_utils.InferenceRequest(model_name="echo", requested_output_names=["OUT"],
+                                                     inputs=[pb_utils.Tensor("IN", np.array([7], np.int32))],
+                                                     preferred_memory=gpu).exec()
+            out = pb_utils.get_output_tensor_by_name(response, "OUT").as_numpy()
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out)]) for _ in requests]
+'''
+
+
+@pytest.mark.parametrize("mode", ["in_process", "process"])
+def test_gpu_settings_a_python_model_gives_are_named_in_the_log(tmp_path: Path, mode: str) -> None:
+    """FORCE_CPU_ONLY_INPUT_TENSORS 'no' and a BLS request's GPU preferred_memory have no effect here
+    (tensors are in CPU memory only): each logs one warning naming it, and the model serves."""
+    repository = tmp_path / "repo"
+    add_python_model(repository, "echo", IO, ECHO)
+    add_python_model(repository, "gpu_asks", IO + f'parameters: {{ key: "EXECUTION_MODE" value: {{ string_value: "{mode}" }} }}\n'
+                     'parameters: { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }\n', GPU_ASKS)
+    server = start_server(repository, tmp_path / "logs")
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            given = grpcclient.InferInput("IN", [1], "INT32")
+            given.set_data_from_numpy(np.array([0], np.int32))
+            for _ in range(2):
+                assert client.infer("gpu_asks", [given]).as_numpy("OUT")[0] == 7
+        log = wait_until(lambda: "preferred_memory asks for GPU memory" in server.log() and server.log(), "the warning")
+        assert log.count("FORCE_CPU_ONLY_INPUT_TENSORS 'no' has no effect") == 1
+        assert log.count("preferred_memory asks for GPU memory") == 1
+    finally:
+        assert server.stop() == 0

@@ -30,6 +30,7 @@ implies it: the environment's interpreter runs the stub processes
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from kserve_v2.runtime.python.model import PythonModel
 from kserve_v2.runtime.python.environments import PARAMETER, open_environment
 from kserve_v2.runtime.python.process import ProcessModel
 
+log = logging.getLogger(__name__)
 # model.py imports it by Triton's name
 sys.modules.setdefault("triton_python_backend_utils", pb_utils)
 # what model code finds in sys.argv: Triton's stub runs an embedded interpreter given no arguments
@@ -52,6 +54,8 @@ STUB_ARGV = [""]
 
 MODEL_FILE = "model.py"
 EXECUTION_MODE = "EXECUTION_MODE"
+# Triton's python backend parameter: "yes" (its default) gives inputs in CPU memory, "no" lets them stay on a GPU
+FORCE_CPU_ONLY_INPUT_TENSORS = "FORCE_CPU_ONLY_INPUT_TENSORS"
 IN_PROCESS, PROCESS = "in_process", "process"
 MODES = (IN_PROCESS, PROCESS)
 CUSTOM_STUB = "triton_python_backend_stub"
@@ -72,6 +76,10 @@ def open_python(model_dir: Path, version: int, config: mc.ModelConfig, host: Bac
         raise ValueError(f"model '{config.name}': a custom python backend stub is not supported: the stub is this "
                          "server's own (kserve_v2.runtime.python.stub)")
     in_process = execution_mode(config, host.python.execution_mode) == IN_PROCESS
+    force_cpu = config.parameters.get(FORCE_CPU_ONLY_INPUT_TENSORS)
+    if force_cpu is not None and force_cpu.string_value.lower() == "no":
+        log.warning("model '%s': %s 'no' has no effect: this server's python backend gives models their input "
+                    "tensors in CPU memory only", config.name, FORCE_CPU_ONLY_INPUT_TENSORS)
     environment = None
     if PARAMETER in config.parameters:  # a packed environment: its interpreter runs the stub processes
         if in_process and EXECUTION_MODE in config.parameters:

@@ -57,7 +57,8 @@ _log = logging.getLogger("kserve_v2.python_models")
 
 @dataclass(frozen=True, slots=True)
 class PreferredMemory:
-    """Where a model would like a BLS response's tensors (accepted; they are always in CPU memory)."""
+    """Where a model would like a BLS response's tensors: they are always in CPU memory here (a GPU
+    preference logs one warning saying so)."""
 
     preferred_memory_type: MemoryType = MemoryType.TRITONSERVER_MEMORY_CPU
     preferred_device_id: int = 0
@@ -156,6 +157,17 @@ _REQUEST_SIGNATURE = ("c_python_backend_utils.InferenceRequest(request_id: str =
                       "model_version: int = -1, flags: int = 0, timeout: int = 0, preferred_memory: "
                       "c_python_backend_utils.PreferredMemory = ..., trace: c_python_backend_utils.InferenceTrace = ..., "
                       "parameters: object = None)")
+
+
+_warned: set[str] = set()
+
+
+def _once(key: str, text: str) -> None:
+    """Log ``text`` as a warning the first time ``key`` comes up in this process (a setting a model
+    gives that has no effect here: named, never dropped in silence)."""
+    if key not in _warned:
+        _warned.add(key)
+        _log.warning("%s", text)
 
 
 def register(package: str, latest: Callable[[], ModelHost]) -> None:
@@ -263,6 +275,11 @@ class InferenceRequest:
                 raise TritonModelException(f"Expect parameters keys to have type str, found type {type(key)}")
             if not isinstance(value, bool | int | str):
                 raise TritonModelException(f"Expect parameters values to have type bool/int/str, found type {type(value)}")
+        if preferred_memory is not None and preferred_memory.preferred_memory_type != MemoryType.TRITONSERVER_MEMORY_CPU:
+            _once("preferred_memory", "a BLS request's preferred_memory asks for GPU memory: its response's tensors are "
+                  "in CPU memory here (this server's python backend keeps tensors in CPU memory only)")
+        if trace is not None:
+            _once("trace", "a BLS request's trace= is not followed: requests a python model sends are not traced here")
         self._id, self._correlation_id, self._flags, self._timeout = request_id, correlation_id, flags, timeout
         self._inputs = list(inputs)
         self._outputs = [text(name) for name in given_names]
