@@ -181,7 +181,10 @@ def test_statistics_count_requests_once_and_responses_by_index(server: Server, t
             assert [stream.next()[1] for _ in range(4)] == [0, 1, 2, None]
         finally:
             stream.close()
-        after = client.get_inference_statistics("repeat").model_stats[0]
+        # the execution is counted once execute has returned, which may come after the final response
+        # (a stub process answers the execute after the responses its sender sent)
+        after = wait_until(lambda: (lambda s: s if s.execution_count > before.execution_count else None)(
+            client.get_inference_statistics("repeat").model_stats[0]), "the execution counted")
     assert after.inference_stats.success.count - before.inference_stats.success.count == 1
     assert after.execution_count - before.execution_count == 1
 

@@ -1,7 +1,8 @@
 """Python models run in stub processes of their own (``EXECUTION_MODE`` ``process``), through a real
 server and unmodified tritonclient: the same answers as in process over gRPC and REST, a pid that is
 not the server's, a crash (``os._exit``) that fails its request with Triton's text while the server and
-another model serve on and the instance restarts, a request larger than the shared memory region
+another model serve on and the instance restarts, an execute that never returns killed after
+``--backend-config=python,stub-timeout-seconds=N`` (the same text, a restart), a request larger than the shared memory region
 (``--backend-config=python,shm-default-byte-size=...``), errors with the in-process texts, request and
 response parameters, auto-complete in the stub, decoupled responses (also sent by threads after
 execute returned), BLS (to a decoupled model too), custom metrics and model control answered by the
@@ -14,6 +15,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -208,6 +211,19 @@ N_CONFIG = '''
 input [{ name: "N" data_type: TYPE_INT32 dims: [ 1 ] }]
 output [{ name: "I" data_type: TYPE_INT32 dims: [ 1 ] }]
 '''
+HANGS = '''
+    import time
+
+    import triton_python_backend_utils as pb_utils
+
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            n = pb_utils.get_input_tensor_by_name(requests[0], "N").as_numpy()
+            while n[0] == -3:  # never returns: the server's stub-timeout-seconds ends it
+                time.sleep(1)
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("I", n)]) for _ in requests]
+'''
 MODELS = ("add_sub", "add_sub_in_process", "auto_completed", "decoupled", "asks", "threaded", "threaded_once", "bls",
           "metrics")
 
@@ -306,6 +322,42 @@ def test_a_crashing_stub_fails_its_request_and_restarts_while_the_server_serves_
     for answer in after:
         np.testing.assert_array_equal(answer.as_numpy("OUTPUT0"), good * 2)
     assert f"the stub process of python model instance '{instance}' exited (exit code 1)" in server.log()
+
+
+def test_an_execute_past_the_stub_timeout_kills_the_stub_which_restarts_while_others_serve(tmp_path: Path) -> None:
+    repository = tmp_path / "models"
+    add_python_model(repository, "hangs", N_CONFIG + PROCESS, HANGS)
+    add_python_model(repository, "answers", N_CONFIG, HANGS)
+    running = start_server(repository, tmp_path / "logs", "--backend-config", "python,stub-timeout-seconds=2")
+    try:
+        with grpcclient.InferenceServerClient(running.url) as client:
+            hung: list = []
+            done = threading.Event()
+            started = time.monotonic()
+            client.async_infer("hangs", [_n(-3)], callback=lambda result, error: (hung.append(error), done.set()))
+            other = client.infer("answers", [_n(5)])
+            answered_meanwhile = not done.is_set()
+            assert done.wait(30), "the request past the stub timeout got no answer"
+            elapsed = time.monotonic() - started
+            after = client.infer("hangs", [_n(7)])
+        message = hung[0].message()
+        instance = message.split("'")[1]
+        assert message == (f"Failed to process the request(s) for model instance '{instance}', message: Stub process "
+                           f"'{instance}' is not healthy.")
+        assert instance.startswith("hangs_")
+        assert 2 <= elapsed <= 10, elapsed
+        assert answered_meanwhile and other.as_numpy("I").tolist() == [5]
+        assert after.as_numpy("I").tolist() == [7]
+        assert (f"the stub process of python model instance '{instance}' did not answer Execute within "
+                "stub-timeout-seconds (2 s)") in running.log()
+    finally:
+        assert running.stop() == 0
+
+
+def _n(value: int) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput("N", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([value], np.int32))
+    return tensor
 
 
 @pytest.mark.parametrize("module", [grpcclient, httpclient])
@@ -418,7 +470,7 @@ def _info(server: Server) -> str:
 def test_an_unknown_backend_config_is_refused(tmp_path: Path) -> None:
     (tmp_path / "models").mkdir()
     for flag, text in (("onnxruntime,x=1", "backend 'onnxruntime' has no settings here"),
-                       ("python,stub-timeout-seconds=5", "python setting 'stub-timeout-seconds' is not supported"),
+                       ("python,thread-pool-size=4", "python setting 'thread-pool-size' is not supported"),
                        ("python,shm-default-byte-size=1000", "shm-default-byte-size can't be smaller than 4 MiBs")):
         with pytest.raises(RuntimeError) as raised:
             start_server(tmp_path / "models", tmp_path / "logs", "--backend-config", flag)

@@ -9,31 +9,34 @@ proxy whose ``initialize``, ``execute`` and ``finalize`` run in its stub process
 (``kserve_v2.runtime.python.stub``), so ``PythonModel`` batches, answers, counts and reports errors
 as it does for in-process instances. Tensors travel through the instance's shared memory region
 (``kserve_v2.runtime.python.shm``) with the sizes of Triton's ``--backend-config=python,...``
-settings (the server's ``BackendHost.python``); the server copies the outputs out of it. A response the model sends
-through a request's sender, also from a thread after ``execute`` returned (a decoupled model's
-usual way), reaches the server's sender of that request, whose errors (Triton's texts) the model's
-``send`` raises; ``is_cancelled`` asks the server. What model code asks of the server runs here,
+settings (the server's ``BackendHost.python``); the server copies the outputs out of it. The two
+sides talk through ``protocol.Link``: typed, numbered calls both ways, each answered by its reply.
+A response the model sends through a request's sender, also from a thread after ``execute``
+returned (a decoupled model's usual way), reaches the server's sender of that request, whose errors
+(Triton's texts) the model's ``send`` raises; ``is_cancelled`` asks the server. What model code asks of the server runs here,
 as the execution that asked: business logic scripting (``exec``, ``async_exec``, and the response
 iterator of a decoupled model's, with ``cancel``), custom metrics and the model loading API. A stub process that dies (a
 crash, ``os._exit``, killed for memory) fails the execution's requests with Triton's text
 "Failed to process the request(s) for model instance '<instance>', message: Stub process
 '<instance>' is not healthy." and is started (and initialized) again at the instance's next request;
-the server goes on.
+the server goes on. So does one that does not answer a call of the server's (``Load``,
+``AutoComplete``, ``Initialize``, ``Execute``, ``Finalize``) within Triton's
+``--backend-config=python,stub-timeout-seconds=<s>`` (default 30): it is killed (SIGKILL) and the
+error logged, naming the instance and the timeout.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import itertools
 import json
 import logging
 import os
-import queue
 import re
 import socket
 import subprocess
 import threading
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +49,13 @@ from kserve_v2.backend.decoupled import CLOSED
 from kserve_v2.runtime.python.executing import InstanceFailure, ModelCodeError
 from kserve_v2.runtime.python.in_process import InProcessHost
 from kserve_v2.runtime.python.model import MORE_THAN_ONE
+from kserve_v2.runtime.python.protocol import (AutoComplete, Bls, BlsCancel, BlsNext, BlsStream, CallTimeout, Cancelled,
+                                               Control, Executed, Execute, Finalize, Initialize, Link, LinkClosed, Load,
+                                               Message, MetricFamily, MetricFamilyGone, MetricOf, MetricOp, RemoteError,
+                                               Reply, RequestData, ResponseData, Send, ServerCall)
 from kserve_v2.runtime.python.shm import Region, Sizes, Slot
-from kserve_v2.runtime.python.stub import ResponseMeta, inline_meta
-from kserve_v2.runtime.python.tensors import InferenceResponse, Tensor, TritonError
+from kserve_v2.runtime.python.stub import inline_data
+from kserve_v2.runtime.python.tensors import InferenceResponse, Tensor, TritonError, TritonModelException
 
 log = logging.getLogger(__name__)
 _regions = itertools.count(1)
@@ -73,8 +80,9 @@ class ProcessInstance:
         path: the model file.
         model_name: the model's name.
         host: the server that loads it: its python backend settings size the region (Triton's
-            ``shm-default-byte-size``, ``shm-growth-byte-size``, ``shm-region-prefix-name``), and what
-            the model asks of the server runs with it.
+            ``shm-default-byte-size``, ``shm-growth-byte-size``, ``shm-region-prefix-name``) and bound
+            each call to the stub (``stub-timeout-seconds``), and what the model asks of the server
+            runs with it.
         environment: the model's ``EXECUTION_ENV_PATH`` environment, whose interpreter runs the stub;
             None: the server's.
 
@@ -94,10 +102,9 @@ class ProcessInstance:
         self._sizes = Sizes(python.shm_default_byte_size, python.shm_growth_byte_size, python.shm_region_prefix_name)
         self._region = Region(f"{self._sizes.prefix}{safe}_{os.getpid()}_{number}", self._sizes.default_byte_size,
                               create=True)
+        self._timeout = python.stub_timeout_seconds
         self._process: subprocess.Popen[bytes] | None = None
-        self._conn: Connection | None = None
-        self._write = threading.Lock()  # one message at a time on the socket
-        self._replies: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._link: Link | None = None
         # requests that may still get responses from the stub, by execution and index (a decoupled
         # model's, and those a model answered once left to its sender), until their final response
         self._open: dict[tuple[int, int], pb_utils.InferenceRequest] = {}
@@ -131,15 +138,12 @@ class ProcessInstance:
                                              pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                                              env=environment.variables if environment is not None else None,
                                              start_new_session=True)  # a terminal's Ctrl-C is the server's to handle
-        self._socket = ours  # shut down to stop: a thread blocked reading the connection wakes up
-        self._conn = Connection(os.dup(ours.fileno()))
-        self._replies = queue.SimpleQueue()
-        threading.Thread(target=self._read, args=(self._conn, self._replies), name=f"python-stub-{self.name}",
-                         daemon=True).start()
-        status, body = self._call(("load", str(self._path), self._model_name))
-        if status == "error":
-            raise ValueError(body)
-        return bool(body)
+        link = self._link = Link(ours, f"python-stub-{self.name}", self._fail_open)
+        link.serve(lambda number, message: self._take(link, number, message))
+        try:
+            return bool(self._call(Load(str(self._path), self._model_name)))
+        except ModelCodeError as err:
+            raise ValueError(err.text) from None
 
     def auto_complete_config(self, config: ModelConfig) -> Any:
         """Run the model's ``auto_complete_config`` in the stub: what it returned (a ``ModelConfig``, or
@@ -147,8 +151,9 @@ class ProcessInstance:
 
         Raises:
             ModelCodeError: it raised (its text).
+            InstanceFailure: the stub died, or did not answer within ``stub-timeout-seconds`` (killed).
         """
-        body = self._checked(self._call(("auto_complete", json.dumps(config.as_dict()))))
+        body = self._call(AutoComplete(json.dumps(config.as_dict())))
         return ModelConfig(json.dumps(body)) if body is not None else None
 
     def initialize(self, args: dict[str, str]) -> None:
@@ -156,14 +161,14 @@ class ProcessInstance:
 
         Raises:
             ModelCodeError: ``initialize`` raised (its text).
-            InstanceFailure: the stub died.
+            InstanceFailure: the stub died, or did not answer within ``stub-timeout-seconds`` (killed).
         """
         self._args = dict(args)
         self.name = args["model_instance_name"]
         self._latest = self._host_now()  # the version's: custom metric families created in initialize are its
         self._decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
         try:
-            self._checked(self._call(("initialize", self._args)))
+            self._call(Initialize(self._args))
         except BaseException:
             self.release()
             raise
@@ -172,43 +177,46 @@ class ProcessInstance:
         """Run ``execute`` in the stub: what it returned, each response's outputs copied out of the
         region (None: it returned None; a decoupled model's responses went through the senders).
         Responses the model sends through a request's sender (during ``execute`` or after it, from
-        threads it started) go to the server's sender of that request (``_read``), whose errors the
+        threads it started) go to the server's sender of that request (``_take``), whose errors the
         model's ``send`` raises.
 
         Raises:
             ModelCodeError: ``execute`` raised (its text).
-            InstanceFailure: the stub died (Triton's text); it starts again at the next request.
+            InstanceFailure: the stub died, or did not answer within ``stub-timeout-seconds`` and was
+                killed (Triton's text); it starts again at the next request.
         """
         if self._process is None or self._process.poll() is not None:
             self._restart()
         named = [(tensor.name(), tensor.as_numpy()) for request in requests for tensor in request.inputs()]
         slots = iter(self._region.write(named, 0, self._sizes))
-        messages = [(request.request_id(), request.correlation_id(), request.flags(), json.loads(request.parameters()),
-                     [next(slots) for _ in request.inputs()], request.requested_output_names()) for request in requests]
+        data = [RequestData(request.request_id(), request.correlation_id(), request.flags(),
+                            json.loads(request.parameters()), [next(slots) for _ in request.inputs()],
+                            list(request.requested_output_names())) for request in requests]
         execution = next(self._executions)
         for index, request in enumerate(requests):
             self._open[execution, index] = request
         self._running[execution] = self._latest = self._host_now()  # what its BLS requests run as
         try:
-            size, again, metas = self._checked(self._call(("execute", execution, self._region.size, messages)))
+            executed: Executed = self._call(Execute(execution, self._region.size, data))
         except ModelCodeError:
             self._close(execution, len(requests))
             raise
         finally:
             self._running.pop(execution, None)
-        self._region.remap(size)
+        self._region.remap(executed.size)
         for index, request in enumerate(requests):
-            if again[index]:  # given back: the scheduler executes it again
+            if executed.again[index]:  # given back: the scheduler executes it again
                 request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
                 self._open.pop((execution, index), None)
-        if metas is None:
+        responses = executed.responses
+        if responses is None:
             return None if self._decoupled else [None] * len(requests)
         if self._decoupled:
-            return list(metas)  # returned something: the caller refuses it (Triton's text)
-        for index, meta in enumerate(metas):
-            if meta is not None:
+            return []  # returned something: the caller refuses it (Triton's text)
+        for index, response in enumerate(responses):
+            if response is not None:
                 self._open.pop((execution, index), None)
-        return [self._response(meta) if meta is not None else None for meta in metas]
+        return [self._response(response) if response is not None else None for response in responses]
 
     def finalize(self) -> None:
         """Run the model's ``finalize`` in the stub and stop it (and remove the region).
@@ -218,7 +226,7 @@ class ProcessInstance:
         """
         try:
             if self._process is not None and self._process.poll() is None:
-                self._checked(self._call(("finalize",)))
+                self._call(Finalize())
         except InstanceFailure:
             pass
         finally:
@@ -229,76 +237,59 @@ class ProcessInstance:
         for index in range(count):
             self._open.pop((execution, index), None)
 
-    def _response(self, meta: ResponseMeta) -> InferenceResponse:
+    def _response(self, data: ResponseData) -> InferenceResponse:
         """A response from the stub, its outputs copied out of the region (or unpickled)."""
-        outputs, error, parameters = meta
         tensors = [Tensor(out.name, self._region.read(out, copy=True)) if isinstance(out, Slot) else Tensor(*out)
-                   for out in outputs]
-        return InferenceResponse(tensors, TritonError(*error) if error is not None else None, parameters)
+                   for out in data.outputs]
+        return InferenceResponse(tensors, TritonError(*data.error) if data.error is not None else None,
+                                 data.parameters)
 
-    @staticmethod
-    def _checked(reply: tuple[str, Any]) -> Any:
-        status, body = reply
-        if status == "error":
-            raise ModelCodeError(body)
-        return body
-
-    def _call(self, message: tuple[Any, ...]) -> tuple[str, Any]:
-        """Send ``message`` and wait for its reply (``_read`` answers the stub's sends meanwhile).
+    def _call(self, message: ServerCall) -> Any:
+        """Send ``message`` to the stub and wait for its reply's value, ``stub-timeout-seconds`` at most
+        (the link's reader answers the stub's own calls meanwhile).
 
         Raises:
-            InstanceFailure: the stub died (or its socket broke).
+            ModelCodeError: the model's code failed the call (its text).
+            InstanceFailure: the stub died, or gave no reply in time and was killed (SIGKILL); Triton's text.
         """
-        conn, replies = self._conn, self._replies
-        assert conn is not None
+        assert self._link is not None
         try:
-            with self._write:
-                conn.send(message)
-        except OSError:
-            pass  # the reader sees the socket closed too
-        reply = replies.get()
-        if reply is None:
+            return self._link.call(message, self._timeout)
+        except RemoteError as err:
+            raise ModelCodeError(err.text) from None
+        except CallTimeout:
+            log.error("the stub process of python model instance '%s' did not answer %s within stub-timeout-seconds "
+                      "(%s s): killed; its requests fail; it restarts at the next request", self.name,
+                      type(message).__name__, self._timeout)
+            if self._process is not None:
+                self._process.kill()
+        except LinkClosed:
             code = self._process.wait() if self._process is not None else None
             log.error("the stub process of python model instance '%s' exited (exit code %s): its requests fail; it "
                       "restarts at the next request", self.name, code)
-            self._stop()
-            raise _unhealthy(self.name)
-        return reply[0], reply[1]
+        self._stop()
+        raise _unhealthy(self.name)
 
-    def _read(self, conn: Connection, replies: queue.SimpleQueue[tuple[Any, ...] | None]) -> None:
-        """Take the stub's messages until its socket closes: replies to ``_call``, and the responses and
-        cancellation checks of open requests, answered here (also after their ``execute`` returned). When
-        the stub dies, its open requests fail with Triton's text."""
-        while True:
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                break
-            kind = message[0]
-            if kind == "send":
-                _, number, execution, index, meta, final, size = message
+    def _take(self, link: Link, number: int, message: Message) -> None:
+        """The link's handler: answer a call of the stub's. Responses, cancellation checks and custom
+        metrics are answered at once; business logic scripting and model control may wait, a thread each."""
+        match message:
+            case Send(execution, index, response, final, size):
                 self._region.remap(size)
-                answer: Any = self._send(execution, index, meta, final)
-            elif kind in ("bls", "bls_stream", "bls_next", "bls_cancel", "control"):  # they may wait: a thread each
-                threading.Thread(target=self._in_thread, args=(conn, *message), name=f"python-stub-{self.name}-{kind}",
-                                 daemon=True).start()
-                continue
-            elif kind.startswith("metric"):
-                number = message[1]
-                answer = self._metric(kind, message[2], *message[3:])
-            elif kind == "cancelled":
-                _, number, execution, index = message
+                link.answer(number, functools.partial(self._send, execution, index, response, final))
+            case Cancelled(execution, index):
                 request = self._open.get((execution, index))
-                answer = request is None or request.is_cancelled()
-            else:
-                replies.put(message)
-                continue
-            try:
-                with self._write:
-                    conn.send(("reply", number, answer))
-            except OSError:
-                break
-        replies.put(None)
+                link.reply(Reply(number, request is None or request.is_cancelled()))
+            case MetricFamily() | MetricOf() | MetricOp() | MetricFamilyGone():
+                link.answer(number, functools.partial(self._metric, message))
+            case Bls() | BlsStream() | BlsNext() | BlsCancel() | Control():
+                threading.Thread(target=link.answer, args=(number, functools.partial(self._asked, message)),
+                                 name=f"python-stub-{self.name}-{type(message).__name__}", daemon=True).start()
+            case _:
+                link.reply(Reply(number, error=f"{type(message).__name__} is not a call to the server"))
+
+    def _fail_open(self) -> None:
+        """The stub is gone: the requests that could still get responses from it fail with Triton's text."""
         failure = InferenceResponse(error=TritonError(str(_unhealthy(self.name))))
         for key in list(self._open):
             request = self._open.pop(key, None)
@@ -319,76 +310,62 @@ class ProcessInstance:
         running = self._running.get(execution, self._latest) if execution is not None else self._latest
         return running or InProcessHost("", None, (), host=self._host)
 
-    def _in_thread(self, conn: Connection, kind: str, number: int, execution: int | None, *args: Any) -> None:
-        """Run a request the model sent (``bls``: business logic scripting, ``exec``) or a model
-        control call (``control``: ``load_model``, ``unload_model``, ``is_model_ready``) as the execution
-        that sent it and send the result back."""
-        host = self._as(execution)
-        try:
-            if kind in ("bls", "bls_stream"):
-                fields = dict(args[0])
-                inputs = [Tensor(name, array) for name, array in fields.pop("inputs")]
-                request = pb_utils.InferenceRequest(inputs=inputs, **fields)
-                if kind == "bls":
-                    result: Any = inline_meta(host.infer(request))
-                else:
-                    result = next(self._stream_numbers)
-                    self._streams[result] = host.stream(request)
-            elif kind == "bls_next":
-                stream = self._streams[args[0]]
+    def _asked(self, message: Bls | BlsStream | BlsNext | BlsCancel | Control) -> Any:
+        """Run a request the model sent (business logic scripting: ``exec``, its response stream) or a model
+        control call (``load_model``, ``unload_model``, ``is_model_ready``) as the execution that sent it."""
+        host = self._as(message.execution)
+        match message:
+            case Bls(_, fields):
+                return inline_data(host.infer(_built(fields)))
+            case BlsStream(_, fields):
+                stream = next(self._stream_numbers)
+                self._streams[stream] = host.stream(_built(fields))
+                return stream
+            case BlsNext(_, stream):
                 try:
-                    result = inline_meta(next(stream))
+                    return inline_data(next(self._streams[stream]))
                 except StopIteration:
-                    result = None
-                    self._streams.pop(args[0], None)
-            elif kind == "bls_cancel":
-                self._streams[args[0]].cancel()
-                result = None
-            else:
-                method, request = args
-                result = getattr(host, method)(request)
-            answer: Any = ("ok", result)
-        except Exception as err:  # noqa: BLE001 - the model's call raises it
-            answer = ("error", str(err))
-        try:
-            with self._write:
-                conn.send(("reply", number, answer))
-        except OSError:
-            pass  # the stub is gone
+                    self._streams.pop(stream, None)
+                    return None
+            case BlsCancel(_, stream):
+                self._streams[stream].cancel()
+                return None
+            case Control(_, method, request):
+                return getattr(host, method)(request)
 
-    def _metric(self, kind: str, execution: int | None, *args: Any) -> tuple[str, Any]:
+    def _metric(self, message: MetricFamily | MetricOf | MetricOp | MetricFamilyGone) -> Any:
         """A custom metric call of the model's (``pb_utils.MetricFamily`` and ``Metric``, made here as the
-        execution, or ``initialize``, that runs it): ``("ok", result)`` or ``("error", Triton's text)``."""
-        try:
-            if kind == "metric_family":
-                name, description, metric_kind = args
-                self._metrics.append(self._as(execution).metric_family(name, description, MetricKind(metric_kind)))
-            elif kind == "metric_of":
-                family, labels, buckets = args
-                self._metrics.append(self._metrics[family].metric(labels, buckets))
-            elif kind == "metric_family_gone":
-                self._metrics[args[0]] = None  # the model deleted it: so is this one (its metrics refuse)
-            else:
-                metric, operation, value = args
-                found = getattr(self._metrics[metric], operation)
-                return "ok", found() if value is None else found(value)
-        except Exception as err:  # noqa: BLE001 - the model's call raises it
-            return "error", str(err)
-        return "ok", len(self._metrics) - 1
+        execution, or ``initialize``, that runs it): the new family's or metric's number, or the operation's
+        result.
 
-    def _send(self, execution: int, index: int, meta: ResponseMeta | None, final: bool) -> str | None:
-        """Hand a response the model sent to its request's sender: None, or the error the model's ``send`` raises."""
+        Raises:
+            MetricError: Triton's text of the failure.
+        """
+        match message:
+            case MetricFamily(execution, name, description, kind):
+                self._metrics.append(self._as(execution).metric_family(name, description, MetricKind(kind)))
+            case MetricOf(_, family, labels, buckets):
+                self._metrics.append(self._metrics[family].metric(labels, buckets))
+            case MetricFamilyGone(_, family):
+                self._metrics[family] = None  # the model deleted it: so is this one (its metrics refuse)
+            case MetricOp(_, metric, operation, value):
+                found = getattr(self._metrics[metric], operation)
+                return found() if value is None else found(value)
+        return len(self._metrics) - 1
+
+    def _send(self, execution: int, index: int, response: ResponseData | None, final: bool) -> None:
+        """Hand a response the model sent to its request's sender.
+
+        Raises:
+            TritonModelException: what the model's ``send`` raises (Triton's texts).
+        """
         request = self._open.get((execution, index))
         if request is None:  # answered (a model answered once: its one response) or closed
-            return MORE_THAN_ONE if meta is not None and not self._decoupled else CLOSED
-        try:
-            request.get_response_sender().send(self._response(meta) if meta is not None else None,
-                                               pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
-        except Exception as err:  # noqa: BLE001 - the model's send raises it
-            return str(err)
-        if final or (meta is not None and not self._decoupled):
+            raise TritonModelException(MORE_THAN_ONE if response is not None and not self._decoupled else CLOSED)
+        request.get_response_sender().send(self._response(response) if response is not None else None,
+                                           pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0)
+        if final or (response is not None and not self._decoupled):
             self._open.pop((execution, index), None)
-        return None
 
     def _restart(self) -> None:
         """Start the stub again after it died, and initialize the instance there.
@@ -401,22 +378,18 @@ class ProcessInstance:
         try:
             self._start()
             if self._args is not None:
-                self._checked(self._call(("initialize", self._args)))
+                self._call(Initialize(self._args))
         except (ValueError, ModelCodeError, InstanceFailure) as err:
             log.error("python model instance '%s' failed to start again: %s", self.name, err)
             self._stop()
             raise _unhealthy(self.name) from None
 
     def _stop(self) -> None:
-        """End the stub process: it exits once its socket closes (killed after 5 s). The region stays (a restart uses it)."""
-        if self._conn is not None:
-            try:
-                self._socket.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # the stub is gone already
-            self._socket.close()
-            self._conn.close()
-            self._conn = None
+        """End the stub process: it exits once its socket closes (killed after 5 s). The region stays (a restart
+        uses it). The link's reader has failed the requests still open before a restart can open others."""
+        if self._link is not None:
+            self._link.close(wait=5)
+            self._link = None
         if self._process is not None:
             try:
                 self._process.wait(5)
@@ -432,6 +405,13 @@ class ProcessInstance:
         if self in _live:
             _live.discard(self)
             self._region.close(unlink=True)
+
+
+def _built(fields: dict[str, Any]) -> pb_utils.InferenceRequest:
+    """A request the model built in the stub (``InferenceRequest.as_fields``, its inputs pickled)."""
+    fields = dict(fields)
+    inputs = [Tensor(name, array) for name, array in fields.pop("inputs")]
+    return pb_utils.InferenceRequest(inputs=inputs, **fields)
 
 
 @atexit.register
