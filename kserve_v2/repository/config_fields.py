@@ -125,9 +125,10 @@ ACTED: dict[str, str] = {
     "ensemble_scheduling.step.output_map": "scheduling.ensemble",
     "instance_group": "repository.config.complete_instances, scheduling.instances",
     "instance_group.name": "repository.config.complete_instances",
-    "instance_group.kind": "repository.config.complete_instances, runtime.onnx",
-    "instance_group.count": "scheduling.instances",
-    "instance_group.gpus": "runtime.onnx",
+    "instance_group.kind": "repository.config.complete_instances, runtime.placement.plan",
+    "instance_group.count": "scheduling.instances.instance_count, runtime.placement.plan",
+    "instance_group.gpus": "runtime.placement.plan: count instances on each GPU listed, each session on its GPU "
+                           "(runtime.onnx.open_sessions); logged as having no effect on a KIND_CPU group",
     "instance_group.rate_limiter": "scheduling.rate_limiter (with --rate-limit execution_count)",
     "instance_group.rate_limiter.resources": "scheduling.rate_limiter",
     "instance_group.rate_limiter.resources.name": "scheduling.rate_limiter",
@@ -135,8 +136,10 @@ ACTED: dict[str, str] = {
     "instance_group.rate_limiter.resources.count": "scheduling.rate_limiter",
     "instance_group.rate_limiter.priority": "scheduling.rate_limiter",
     "default_model_filename": "runtime.onnx, runtime.python",
-    "parameters": "runtime.onnx.session_options; the python backend's model_config",
-    "parameters.string_value": "runtime.onnx.session_options; the python backend's model_config",
+    "parameters": "runtime.onnx.session_options, runtime.placement.cuda_provider_options (logged as having no "
+                  "effect without a GPU instance); the python backend's model_config",
+    "parameters.string_value": "runtime.onnx.session_options, runtime.placement.cuda_provider_options; the python "
+                               "backend's model_config",
     "model_warmup": "models.warmup",
     "model_warmup.name": "models.warmup",
     "model_warmup.batch_size": "models.warmup",

@@ -1,7 +1,8 @@
 """The built-in ``onnxruntime`` backend: ONNX Runtime sessions, and the model they execute.
 
 Session options follow Triton's onnxruntime backend (``config.pbtxt`` ``parameters`` and
-``optimization.graph.level``); the execution provider follows ``instance_group`` kind. ``run``
+``optimization.graph.level``); each instance that ``runtime.placement.plan`` places on a GPU has a
+session on ONNX Runtime's CUDA execution provider, on its GPU, and the CPU instances share one. ``run``
 blocks and must be called off the event loop. ``BACKEND`` is what ``kserve_v2.backend.find``
 returns for ``backend: "onnxruntime"``: it opens ``<version>/model.onnx`` (or the configured
 ``default_model_filename``, which must stay inside the model folder) as an ``OnnxModel``.
@@ -13,6 +14,7 @@ import ctypes
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from queue import SimpleQueue
 
 import numpy as np
 import onnxruntime as ort
@@ -25,7 +27,9 @@ from kserve_v2.protocol import datatypes
 from kserve_v2.protocol.datatypes import BF16, BYTES
 from kserve_v2.protocol.errors import Cancelled, InvalidInput
 from kserve_v2.protocol.model_spec import TensorDeclaration
-from kserve_v2.runtime.device import CPU_EP, CUDA_EP, OPENVINO, OPENVINO_EP
+from kserve_v2.runtime.device import CPU_EP, CUDA_EP, OPENVINO, OPENVINO_EP, cuda_device_count
+from kserve_v2.runtime.placement import (KIND_GPU, Placement, cuda_parameters, cuda_provider_options, no_cuda_reason,
+                                         plan)
 
 log = logging.getLogger(__name__)
 
@@ -69,19 +73,70 @@ def session_options(parameters: Mapping[str, str], graph_level: int, spinning: b
 
 
 def open_session(path: Path, config: mc.ModelConfig, spinning: bool = False) -> OnnxSession:
-    """Create the session of a completed configuration: options from its ``parameters`` and
-    graph level, the execution provider from its first instance group (CUDA for KIND_GPU).
+    """The session of the first instance of a completed configuration (its first instance group; a
+    KIND_GPU group's first GPU), for backends that run one session (the text backends, ``adapters``).
+    Options from its ``parameters`` and graph level (``session_options``), the CUDA execution provider
+    for KIND_GPU (``runtime.placement.cuda_provider_options``). When the groups place instances on
+    other GPUs as well, one line says that only this one is used.
     ``spinning``: the default of ``allow_spinning`` (``session_options``).
 
     Raises:
-        ValueError: a malformed session parameter; anything ORT raises for an invalid model.
+        ValueError: a malformed session or CUDA provider parameter; anything ORT raises for an invalid model.
     """
+    group = config.instance_group[0]
+    first = Placement(group.name, 0, group.kind, group.gpus[0] if group.kind == KIND_GPU else 0)
+    gpus = cuda_device_count()
+    used = {first.device} if first.on_gpu else set()
+    if others := sorted({p.device for p in plan(config.instance_group, gpus) if p.on_gpu} - used):
+        log.warning("model '%s': this backend runs one ONNX Runtime session, %s; config field 'instance_group.gpus' "
+                    "also places instances on GPU(s) %s, which it does not use", config.name,
+                    f"on GPU {first.device}" if first.on_gpu else "on the CPU", others)
+    return _open_sessions(path, config, spinning, [first], gpus)[0]
+
+
+def open_sessions(path: Path, config: mc.ModelConfig, spinning: bool = False) -> list[OnnxSession]:
+    """One session per instance of a completed configuration, as ``runtime.placement.plan`` places
+    them (Triton: ``count`` instances on each GPU of a KIND_GPU group, ``count`` on the CPU for
+    KIND_CPU): each GPU instance has a session of its own on its GPU (the CUDA execution provider's
+    ``device_id``, and the CUDA options of ``parameters``); the CPU instances share one session (ORT
+    runs concurrent calls on one session). Options as ``open_session``.
+
+    Returns:
+        the sessions, in the plan's order (the shared CPU session once per CPU instance).
+
+    Raises:
+        ValueError: a malformed session or CUDA provider parameter, a GPU that is not usable;
+            anything ORT raises for an invalid model.
+    """
+    gpus = cuda_device_count()
+    return _open_sessions(path, config, spinning, plan(config.instance_group, gpus), gpus)
+
+
+def _open_sessions(path: Path, config: mc.ModelConfig, spinning: bool, placements: Sequence[Placement],
+                   gpus: int) -> list[OnnxSession]:
+    """The sessions of ``placements`` (``gpus``: the usable GPUs), logging once for each GPU setting
+    that has no effect: ``instance_group.gpus`` of a KIND_CPU group, and the CUDA provider
+    parameters when no instance runs on a GPU (naming them and why)."""
     parameters = {key: value.string_value for key, value in config.parameters.items()}
     options = session_options(parameters, config.optimization.graph.level, spinning)
-    group = config.instance_group[0]
-    use_cuda = group.kind == mc.ModelInstanceGroup.KIND_GPU
+    cuda = cuda_provider_options(parameters, 0)  # checks them, GPU or not: a bad value fails the load
     accelerators = cpu_accelerators(config)
-    return OnnxSession(path, options, use_cuda, group.gpus[0] if use_cuda else 0, accelerators)
+    if cpu_gpus := [group.name for group in config.instance_group if group.kind != KIND_GPU and group.gpus]:
+        log.warning("model '%s': config field 'instance_group.gpus' has no effect on KIND_CPU instance group(s) "
+                    "%s: their instances run on the CPU", config.name, cpu_gpus)
+    if (keys := cuda_parameters(parameters)) and not any(placed.on_gpu for placed in placements):
+        log.warning("model '%s': parameters %s have no effect: %s, so the model runs on the CPU", config.name,
+                    keys, no_cuda_reason(CUDA_EP in ort.get_available_providers(), gpus))
+    sessions: list[OnnxSession] = []
+    on_cpu: OnnxSession | None = None
+    for placed in placements:
+        if placed.on_gpu:
+            sessions.append(OnnxSession(path, options, {**cuda, "device_id": str(placed.device)}, accelerators))
+            continue
+        if on_cpu is None:
+            on_cpu = OnnxSession(path, options, None, accelerators)
+        sessions.append(on_cpu)
+    return sessions
 
 
 def cpu_accelerators(config: mc.ModelConfig) -> list[tuple[str, dict[str, str]]]:
@@ -110,14 +165,16 @@ def cpu_accelerators(config: mc.ModelConfig) -> list[tuple[str, dict[str, str]]]
 class OnnxSession:
     """One ORT InferenceSession and how to feed it.
 
-    Thread-safe: ORT allows concurrent ``run`` calls on one session, which is how an instance
-    group's ``count`` concurrent executions share it.
+    Thread-safe: ORT allows concurrent ``run`` calls on one session, which is how a version's CPU
+    instances (``count`` concurrent executions) share it.
     """
 
-    def __init__(self, model_path: Path, options: ort.SessionOptions, use_cuda: bool, device_id: int = 0,
+    def __init__(self, model_path: Path, options: ort.SessionOptions, cuda: Mapping[str, str] | None,
                  accelerators: Sequence[tuple[str, dict[str, str]]] = ()) -> None:
-        """Load the model; ``accelerators``: execution providers to put ahead of the CPU provider
-        (``cpu_accelerators``).
+        """Load the model; ``cuda``: the CUDA execution provider's options (``device_id`` and those of
+        ``runtime.placement.cuda_provider_options``), None on the CPU; ``accelerators``: execution
+        providers to put ahead of the CPU provider (``cpu_accelerators``). A CUDA provider that ONNX
+        Runtime does not start (it falls back to the CPU) is logged, naming the GPU.
 
         Raises:
             ValueError: an accelerator that ONNX Runtime did not start (it falls back to the CPU
@@ -128,8 +185,8 @@ class OnnxSession:
                 caller as the load failure reason).
         """
         providers: list[str | tuple[str, dict[str, str]]] = [*accelerators, CPU_EP]
-        if use_cuda:
-            providers.insert(0, (CUDA_EP, {"device_id": str(device_id)}))
+        if cuda is not None:
+            providers.insert(0, (CUDA_EP, dict(cuda)))
         self._session = ort.InferenceSession(str(model_path), options, providers=providers)
         started = self._session.get_providers()
         if missing := [name for name, _ in accelerators if name not in started]:
@@ -137,6 +194,9 @@ class OnnxSession:
         if accelerators:
             log.info("%s runs on %s", model_path, ", ".join(started))
         self.on_cuda = started[0] == CUDA_EP
+        if cuda is not None and not self.on_cuda:
+            log.warning("%s: ONNX Runtime did not start the CUDA execution provider on GPU %s; it runs on %s",
+                        model_path, cuda["device_id"], ", ".join(started))
         overridable = tuple(_tensor(t, overridable=True) for t in self._session.get_overridable_initializers())
         self.inputs = tuple(_tensor(t) for t in self._session.get_inputs()) + overridable
         self.outputs = tuple(_tensor(t) for t in self._session.get_outputs())
@@ -223,24 +283,41 @@ class OnnxSession:
 
 
 class OnnxModel:
-    """The built-in backend: an ONNX graph whose tensors are the V2 interface."""
+    """The built-in backend: an ONNX graph whose tensors are the V2 interface, on its instances' sessions."""
 
     batchable = True
     threaded = False
     batching: BatchStrategy | None = None
     text: TextContract | None = None
 
-    def __init__(self, session: OnnxSession) -> None:
-        self._session = session
-        self.inputs, self.outputs, self.on_cuda = session.inputs, session.outputs, session.on_cuda
+    def __init__(self, sessions: Sequence[OnnxSession]) -> None:
+        """``sessions``: one per instance (``open_sessions``), CPU instances sharing one. With a
+        single session every execution runs on it; with several, each execution takes a free
+        instance's session (the least recently used, so the GPUs take turns) and gives it back, and
+        waits for one when all are busy (the version's instance pool runs at most as many at once)."""
+        self._session = sessions[0]
+        self.inputs, self.outputs = self._session.inputs, self._session.outputs
+        self.on_cuda = any(session.on_cuda for session in sessions)
+        self._free: SimpleQueue[OnnxSession] | None = None
+        if any(session is not self._session for session in sessions):
+            self._free = SimpleQueue()
+            for session in sessions:
+                self._free.put(session)
 
     def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                 parameters: Mapping[str, Parameter], context: RequestContext = NO_CONTEXT) -> Execution:
-        """``OnnxSession.run``; request parameters and context do not concern the graph."""
-        return Execution(self._session.run(feeds, output_names))
+        """``OnnxSession.run`` on an instance's session; request parameters and context do not concern the graph."""
+        free = self._free
+        if free is None:
+            return Execution(self._session.run(feeds, output_names))
+        session = free.get()
+        try:
+            return Execution(session.run(feeds, output_names))
+        finally:
+            free.put(session)
 
     def close(self) -> None:
-        """Nothing to do: the session goes with the last reference to the model."""
+        """Nothing to do: the sessions go with the last reference to the model."""
 
 
 def open_onnx(model_dir: Path, version: int, config: mc.ModelConfig) -> OnnxModel:
@@ -259,7 +336,7 @@ def open_onnx(model_dir: Path, version: int, config: mc.ModelConfig) -> OnnxMode
     path = path / "model.onnx" if path.is_dir() else path
     if not path.is_file():
         raise FileNotFoundError(f"model file '{relative}' not found")
-    return OnnxModel(open_session(path, config))
+    return OnnxModel(open_sessions(path, config))
 
 
 def confined_file(model_dir: Path, relative: Path, where: str, name: str) -> Path:

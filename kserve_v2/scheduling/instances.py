@@ -1,10 +1,11 @@
 """A model version's instances (Triton's instance group): where its executions run.
 
-Executions run on a thread pool sized by the instance group count, so ONNX Runtime never blocks
-the event loop for long and at most ``count`` executions of a version run at once. An execution
-whose inputs are small and whose version has been measured to take microseconds runs on the
-event loop itself: handing it to a thread and back costs more than the work (two thread wake-ups
-and a loop wake-up per request). Cancelling a caller drops thread work that has not started and
+Executions run on a thread pool sized by the version's instances (``instance_count``: Triton's
+``count`` on each GPU of a KIND_GPU group), so ONNX Runtime never blocks the event loop for long
+and at most ``count`` executions of a version run at once. An execution whose inputs are small
+and whose version has been measured to take microseconds runs on the event loop itself: handing
+it to a thread and back costs more than the work (two thread wake-ups and a loop wake-up per
+request). Cancelling a caller drops thread work that has not started and
 tells running work to stop (``kserve_v2.backend.cancellation``: ONNX Runtime terminates between nodes).
 An executable that is ``threaded`` (its executions may wait on other requests, as python models
 do) always runs on its threads. With rate limiting on (``kserve_v2.scheduling.rate_limiter``) every
@@ -42,9 +43,10 @@ class InstancePool:
 
     Args:
         name, version: the version (thread names).
-        count: instances, the instance group count (>= 1): executions that may run at once.
+        count: instances (>= 1), executions that may run at once, when ``groups`` is empty.
         executable: what the backend opened.
-        groups: the completed instance groups, registered with ``limiter``.
+        groups: the completed instance groups, registered with ``limiter``; when given, the version has
+            their ``instance_count`` instances.
         limiter: the server's rate limiter (``BackendHost.rate_limiter``); None: rate limiting is off,
             and a group's ``rate_limiter`` is ignored as Triton ignores it, with one warning naming it.
 
@@ -60,7 +62,7 @@ class InstancePool:
             log.warning("model '%s' version %d: config field 'instance_group.rate_limiter' has no effect with "
                         "--rate-limit off (the default, as in Triton); start the server with --rate-limit "
                         "execution_count to honour it", name, version)
-        self.count = count
+        self.count = instance_count(groups) or count
         self.executable = executable
         self._running = 0  # executions in progress (inline or on a thread)
         self._cost_ns = _UNMEASURED  # moving average of an execution's thread CPU time (never for threaded ones)
@@ -174,6 +176,15 @@ class InstancePool:
             self._limited.close()
         self.executable.close()
         del self.executable
+
+
+def instance_count(groups: Sequence[mc.ModelInstanceGroup]) -> int:
+    """Triton's instances of completed instance groups (its model lifecycle): ``count`` on each GPU a
+    KIND_GPU group lists, ``count`` for any other group; ``kserve_v2.runtime.placement.plan`` places
+    the same instances (a layer beside this one, so the rule is restated here, and a unit test holds
+    the two together)."""
+    return sum(group.count * (len(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU and group.gpus else 1)
+               for group in groups)
 
 
 def nbytes(feeds: dict[str, np.ndarray]) -> int:
