@@ -9,6 +9,9 @@ ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 # the ONNX Runtime package: onnxruntime, or onnxruntime-openvino for `cpu_execution_accelerator: openvino`
 ARG ONNXRUNTIME=onnxruntime
+# the optional dependency groups installed too: the libraries that read s3://, gs:// and as:// model repositories
+# (pinned by constraints.txt); --build-arg EXTRAS= leaves them out
+ARG EXTRAS="s3 gcs azure"
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml constraints.txt README.md ./
@@ -17,7 +20,7 @@ COPY kserve_v2 kserve_v2
 COPY transcoding transcoding
 COPY adapters adapters
 RUN python -m venv /opt/kserve-v2 \
- && python deploy/docker/requirements.py --onnxruntime "${ONNXRUNTIME}" > requirements.txt \
+ && python deploy/docker/requirements.py --onnxruntime "${ONNXRUNTIME}" --extras "${EXTRAS}" > requirements.txt \
  && /opt/kserve-v2/bin/pip install --only-binary=:all: -c constraints.txt -r requirements.txt \
  && /opt/kserve-v2/bin/pip install --no-deps . \
  && /opt/kserve-v2/bin/pip uninstall -y pip

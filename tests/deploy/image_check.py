@@ -17,8 +17,11 @@ And checks from this host with unmodified clients (tritonclient, grpcio-health-c
 REST and gRPC readiness; ``grpc.health.v1`` Check and Watch; a ``simple`` infer over both
 transports; ``/metrics``; SIGTERM as ``podman stop`` (the kubelet's) sends it, with requests in
 flight: readiness off at once, every request answered, exit code 0 within the grace period, and
-every line of the container's log JSON (``--log-format=json``). Prints each image's size and layers, and the
-cold start to ready. Exits 1 on the first failed check, with the container's log.
+every line of the container's log JSON (``--log-format=json``). Then runs the ``runtime`` image once more with
+its repository in an S3 bucket (``--model-repository=s3://...``, served by moto's S3 server on this host, the
+container on the host's network, the credentials in its environment) and infers ``simple`` from it: the images
+carry the ``s3``, ``gcs`` and ``azure`` extras. Prints each image's size and layers, and the cold start to ready.
+Exits 1 on the first failed check, with the container's log.
 
 podman reads deploy/docker/containers.conf (CONTAINERS_CONF, unless already set). Needs root (the
 base is made with debootstrap). Run by .ci/run where deploy/docker/podman_host.sh says podman can
@@ -57,6 +60,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from deploy_support import KSERVE, load  # noqa: E402
 from helpers import EXAMPLES, ROOT, add_model, matmul_model, timed_matmul_model, wait_admitted  # noqa: E402
+from s3_store import MotoS3  # noqa: E402
 
 DOCKER = ROOT / "deploy" / "docker"
 TAG = "localhost/kserve-v2-check"
@@ -170,16 +174,39 @@ def run_flags(container: dict[str, Any], repository: Path | None, ports: dict[in
     return flags + [f"--publish=127.0.0.1:{host}:{inside}" for inside, host in ports.items()]
 
 
+# the image's port variables (its ENV), by the container port each sets
+PORT_VARIABLES = {8080: "KSERVE_V2_HTTP_PORT", 8081: "KSERVE_V2_GRPC_PORT", 8002: "KSERVE_V2_METRICS_PORT"}
+
+
 class Container:
-    """One image run detached as the kubelet runs a pod's container, with its ports published on loopback."""
+    """One image run detached as the kubelet runs a pod's container, with its ports published on loopback.
+
+    With ``host_network`` the container shares the host's network (it reaches services on the host's loopback,
+    such as the S3 endpoint of ``serve_from_s3``) and listens on free ports of the host's loopback, set through
+    the image's port variables (``PORT_VARIABLES``; ``args`` must not name ports or addresses). ``env`` is passed
+    as ``--env``.
+    """
 
     def __init__(self, image: str, args: list[str], container: dict[str, Any], repository: Path | None,
-                 ports: tuple[int, ...] = (8080, 8081, 8002)) -> None:
+                 ports: tuple[int, ...] = (8080, 8081, 8002), env: dict[str, str] | None = None,
+                 host_network: bool = False) -> None:
         self.name = f"kserve-v2-check-{os.getpid()}-{free_port()}"
         self.ports = {port: free_port() for port in ports}
-        flags = [f"--name={self.name}", *run_flags(container, repository, self.ports)]
+        environment = dict(env or {})
+        if host_network:
+            environment.update({PORT_VARIABLES[inside]: str(host) for inside, host in self.ports.items()})
+            # on the host's loopback only, as the published ports are
+            environment.update({variable.replace("_PORT", "_ADDRESS"): "127.0.0.1" for variable in PORT_VARIABLES.values()})
+            flags = [*run_flags(container, repository, {}), "--network=host"]
+        else:
+            flags = run_flags(container, repository, self.ports)
+        flags = [f"--name={self.name}", *flags, *(f"--env={name}={value}" for name, value in environment.items())]
         self.started = time.monotonic()
-        podman("run", *flags, image, *args)
+        try:
+            podman("run", *flags, image, *args)
+        except CheckFailed:  # a container podman made but could not start would stay behind
+            self.remove()
+            raise
 
     def port(self, inside: int) -> int:
         """The loopback port that a container port is published on."""
@@ -418,6 +445,34 @@ def serve_as_kserve(image: Built, repo: Path, openvino: bool, report: Callable[[
            f"{exited:.1f} s (grace {grace} s); log: {stdout_lines} lines on stdout, {stderr_lines} on stderr, all JSON")
 
 
+def serve_from_s3(image: Built, work: Path, report: Callable[[str], None]) -> None:
+    """The runtime image reading its repository from an S3 bucket: moto's S3 server on this host holds
+    examples/model_repository/simple under ``models/repo``; the container (hardened as the ClusterServingRuntime's,
+    on the host's network) gets ``--model-repository=s3://127.0.0.1:<port>/models/repo`` and the AWS credentials
+    in its environment, as a pod gets them from a Secret; ``simple`` is then inferred over REST and gRPC."""
+    container_spec, _ = runtime_container()
+    try:
+        store = MotoS3(work / "moto.log")
+    except RuntimeError as failure:
+        raise CheckFailed(str(failure)) from failure
+    with store:
+        keys = store.upload(EXAMPLES / "simple", "models", "repo/simple")
+        url = store.url("models", "repo")
+        args = ["serve", f"--model-repository={url}", "--strict-readiness=true", "--log-format=json"]
+        spec = {"securityContext": container_spec.get("securityContext", {})}
+        with running(image.name, args, spec, None, env=store.credentials(), host_network=True) as container:
+            try:
+                cold = container.wait_ready()
+                infer_simple(container)
+            except CheckFailed as failure:
+                raise CheckFailed(f"{image.name} did not serve model simple from the S3 repository {url} "
+                                  f"(moto's S3 server on this host, {len(keys)} objects):\n{failure}") from failure
+            secret = store.credentials()["AWS_SECRET_ACCESS_KEY"]
+            check(secret not in "".join(container.logs()), "the container's log shows the S3 secret key")
+    report(f"{image.name}: ready {cold:.1f} s after `podman run` with --model-repository={url} (moto's S3 server "
+           f"on this host, credentials in the environment); simple over both ok")
+
+
 def serve_examples(image: Built, report: Callable[[str], None]) -> None:
     """The examples image as `docker run IMAGE` runs it (no args, its own /models), hardened as a pod."""
     container_spec, _ = runtime_container()
@@ -464,6 +519,7 @@ def main() -> int:
             Path(work).chmod(0o755)
             serve_as_kserve(built[0], repository(Path(work) / "models", False), False, report)
             serve_examples(built[1], report)
+            serve_from_s3(built[0], Path(work), report)
             if options.openvino:  # the openvino model fails to load without onnxruntime-openvino: its own repository
                 serve_as_kserve(built[2], repository(Path(work) / "models-openvino", True), True, report)
     except (CheckFailed, AssertionError, subprocess.TimeoutExpired, queue.Empty) as failure:

@@ -176,3 +176,20 @@ def test_image_requirements_swap_only_onnxruntime() -> None:
     done = subprocess.run([sys.executable, "deploy/docker/requirements.py", "--onnxruntime", "onnxruntime"], cwd=ROOT,
                           capture_output=True, text=True, check=True)
     assert done.stdout.split() == cpu
+
+
+def test_image_requirements_add_the_object_storage_extras() -> None:
+    """The images' ``EXTRAS`` (s3 gcs azure by default): each group of pyproject's optional dependencies after the
+    server's own, in the order asked; an unknown extra is refused."""
+    spec = importlib.util.spec_from_file_location("image_requirements", ROOT / "deploy" / "docker" / "requirements.py")
+    assert spec and spec.loader
+    image_requirements = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(image_requirements)
+    optional = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    plain = image_requirements.requirements("onnxruntime")
+    with_extras = image_requirements.requirements("onnxruntime", ROOT, ["s3", "gcs", "azure"])
+    assert with_extras[:len(plain)] == plain
+    assert with_extras[len(plain):] == optional["s3"] + optional["gcs"] + optional["azure"]
+    with pytest.raises(ValueError):
+        image_requirements.requirements("onnxruntime", ROOT, ["dev-tools"])
+    assert 'ARG EXTRAS="s3 gcs azure"' in (ROOT / "Dockerfile").read_text()
