@@ -20,6 +20,7 @@ from contextvars import ContextVar
 from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend.decoupled import Streamed
+from kserve_v2.backend.instance_groups import instance_count
 from kserve_v2.codec.messages import InferRequest, InferResponse
 from kserve_v2.protocol.errors import Cancelled, InvalidInput, Unavailable
 from kserve_v2.protocol.statistics import RequestReport
@@ -175,6 +176,6 @@ def check_callers(callers: tuple[str, ...], model: str, config: mc.ModelConfig) 
         raise InvalidInput(f"business logic scripting calls nest deeper than {MAX_CALL_DEPTH} requests ({chain}): "
                            "the model calls itself without end")
     held = callers.count(model)
-    if held and config.platform != "ensemble" and held >= (sum(g.count for g in config.instance_group) or 1):
+    if held and config.platform != "ensemble" and held >= (instance_count(config.instance_group) or 1):
         raise InvalidInput(f"model '{model}' is called by its own execution ({chain}) while its callers hold all "
                            f"{held} of its instances: the request would wait for itself forever")

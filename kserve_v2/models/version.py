@@ -21,6 +21,7 @@ from pathlib import Path
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Executable
 from kserve_v2.backend.host import RateLimiting
+from kserve_v2.backend.instance_groups import instance_count
 from kserve_v2.backend.text import TextContract
 from kserve_v2.models.warmup import warm_up
 from kserve_v2.protocol.model_spec import ModelSpec
@@ -110,7 +111,7 @@ def open_version(name: str, version: int, config: mc.ModelConfig, executable: Ex
             message is its load failure reason, Triton's text).
     """
     executable = ragged(config, executable)  # allow_ragged_batch, batch_input, batch_output
-    pool = InstancePool(name, version, sum(g.count for g in config.instance_group) or 1, executable,
+    pool = InstancePool(name, version, instance_count(config.instance_group) or 1, executable,
                         config.instance_group, rate_limiter)
     strategy = executable.batching or RowBatching(executable)
     scheduler: Scheduler

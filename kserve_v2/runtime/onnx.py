@@ -28,8 +28,8 @@ from kserve_v2.protocol.datatypes import BF16, BYTES
 from kserve_v2.protocol.errors import Cancelled, InvalidInput
 from kserve_v2.protocol.model_spec import TensorDeclaration
 from kserve_v2.runtime.device import CPU_EP, CUDA_EP, OPENVINO, OPENVINO_EP, cuda_device_count
-from kserve_v2.runtime.placement import (KIND_GPU, Placement, cuda_parameters, cuda_provider_options, no_cuda_reason,
-                                         plan)
+from kserve_v2.backend.instance_groups import KIND_GPU
+from kserve_v2.runtime.placement import Placement, cuda_parameters, cuda_provider_options, no_cuda_reason, plan
 
 log = logging.getLogger(__name__)
 

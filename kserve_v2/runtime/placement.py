@@ -17,11 +17,11 @@ configuration's ``parameters`` and passes to ONNX Runtime's CUDA execution provi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.backend.instance_groups import KIND_GPU, Instance, instances
 
-KIND_GPU = mc.ModelInstanceGroup.KIND_GPU
+Placement = Instance  # one instance and where it runs
 
 # Triton's parameter -> (the CUDA execution provider option, Triton's value -> ONNX Runtime's value)
 _CONV_ALGO_SEARCH = {"0": "EXHAUSTIVE", "1": "HEURISTIC", "2": "DEFAULT"}
@@ -29,33 +29,6 @@ _ARENA_EXTEND_STRATEGY = {"0": "kNextPowerOfTwo", "1": "kSameAsRequested"}
 _FLAG = {"0": "0", "1": "1"}
 _SIZE_MAX = 2**64 - 1  # gpu_mem_limit is a size_t; Triton's README: "To use all possible memory pass in maximum size_t"
 CUDA_PARAMETERS = ("cudnn_conv_algo_search", "gpu_mem_limit", "arena_extend_strategy", "do_copy_in_default_stream")
-
-
-@dataclass(frozen=True)
-class Placement:
-    """One instance of a version.
-
-    Attributes:
-        group: its instance group's name.
-        index: its index in the group (0 .. count-1; the same on each GPU of a KIND_GPU group).
-        kind: its group's ``ModelInstanceGroup.Kind`` (KIND_GPU, KIND_CPU, ...).
-        device: the GPU id for KIND_GPU, else 0 (Triton's device id of CPU instances).
-    """
-
-    group: str
-    index: int
-    kind: int
-    device: int
-
-    @property
-    def name(self) -> str:
-        """Triton's instance name, ``<group>_<index>`` (as the python backend names its instances)."""
-        return f"{self.group}_{self.index}"
-
-    @property
-    def on_gpu(self) -> bool:
-        """Whether it runs on a GPU (its ``device``)."""
-        return self.kind == KIND_GPU
 
 
 def plan(groups: Sequence[mc.ModelInstanceGroup], gpus: int) -> list[Placement]:
@@ -71,17 +44,18 @@ def plan(groups: Sequence[mc.ModelInstanceGroup], gpus: int) -> list[Placement]:
         ValueError: a KIND_GPU group naming a GPU that is not usable (the text of
             ``complete_instances``; the load fails with it).
     """
-    placed: list[Placement] = []
+    completed = []
     for group in groups:
         devices = list(group.gpus) or list(range(gpus))
         if group.kind == KIND_GPU and (not devices or any(not 0 <= d < gpus for d in devices)):
             raise ValueError(f"instance group '{group.name}' asks for GPUs {list(group.gpus)} but {gpus} are usable")
-        for index in range(group.count):
-            if group.kind == KIND_GPU:
-                placed.extend(Placement(group.name, index, group.kind, device) for device in devices)
-            else:
-                placed.append(Placement(group.name, index, group.kind, 0))
-    return placed
+        if group.kind == KIND_GPU and not group.gpus:
+            filled = mc.ModelInstanceGroup()
+            filled.CopyFrom(group)
+            filled.gpus.extend(devices)
+            group = filled
+        completed.append(group)
+    return [placed for _, placed in instances(completed)]
 
 
 def cuda_parameters(parameters: Mapping[str, str]) -> list[str]:

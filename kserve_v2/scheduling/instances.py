@@ -28,6 +28,7 @@ from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Executable
 from kserve_v2.backend.cancellation import Cancellation, running
 from kserve_v2.backend.host import RateLimiting
+from kserve_v2.backend.instance_groups import instance_count
 
 log = logging.getLogger(__name__)
 
@@ -176,15 +177,6 @@ class InstancePool:
             self._limited.close()
         self.executable.close()
         del self.executable
-
-
-def instance_count(groups: Sequence[mc.ModelInstanceGroup]) -> int:
-    """Triton's instances of completed instance groups (its model lifecycle): ``count`` on each GPU a
-    KIND_GPU group lists, ``count`` for any other group; ``kserve_v2.runtime.placement.plan`` places
-    the same instances (a layer beside this one, so the rule is restated here, and a unit test holds
-    the two together)."""
-    return sum(group.count * (len(group.gpus) if group.kind == mc.ModelInstanceGroup.KIND_GPU and group.gpus else 1)
-               for group in groups)
 
 
 def nbytes(feeds: dict[str, np.ndarray]) -> int:

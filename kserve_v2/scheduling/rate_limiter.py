@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from kserve_v2._proto import model_config_pb2 as mc
+from kserve_v2.backend.instance_groups import instances
 from kserve_v2.settings.rate_limit import EVERY_DEVICE, RateLimitMode, RateLimitResource
 
 GLOBAL = -2  # the device key of global resources
@@ -146,13 +147,10 @@ class RateLimiter:
                 count is <m>"); nothing is registered then.
         """
         needs: list[tuple[dict[Key, int], int]] = []
-        for group in groups:
-            gpu = group.kind == mc.ModelInstanceGroup.KIND_GPU and len(group.gpus) > 0
-            for index in range(group.count):
-                device = group.gpus[index % len(group.gpus)] if gpu else 0
-                resources = {(GLOBAL if getattr(r, "global") else device, r.name): r.count
-                             for r in group.rate_limiter.resources}
-                needs.append((resources, group.rate_limiter.priority))
+        for group, instance in instances(groups):  # count on each GPU of a KIND_GPU group (Triton's instances)
+            resources = {(GLOBAL if getattr(r, "global") else instance.device, r.name): r.count
+                         for r in group.rate_limiter.resources}
+            needs.append((resources, group.rate_limiter.priority))
         model = ModelInstances(self, needs)
         with self._lock:
             models = [*self._models, model]

@@ -22,6 +22,7 @@ from kserve_v2.backend import NO_CONTEXT, Execution, Parameter, RequestContext
 from kserve_v2.backend.cancellation import current
 from kserve_v2.backend.decoupled import CLOSED, ResponseStream
 from kserve_v2.backend.host import BackendHost
+from kserve_v2.backend.instance_groups import instances
 from kserve_v2.backend.rescheduling import NOT_CONFIGURED, Rescheduled
 from kserve_v2.backend.text import TextContract
 from kserve_v2.protocol import datatypes
@@ -103,24 +104,22 @@ class PythonModel:
         if package is not None:
             pb_utils.register(package, lambda: self._latest)
         text = config_json(config)
-        for group in config.instance_group:
-            for index in range(group.count):
-                instance_name = f"{group.name}_{index}"
-                device = group.gpus[index % len(group.gpus)] if group.gpus else 0
-                args = {"model_config": text, "model_instance_kind": _KINDS.get(group.kind, "CPU"),
-                        "model_instance_name": instance_name, "model_instance_device_id": str(device),
-                        "model_repository": str(model_dir), "model_version": str(version), "model_name": config.name}
-                instance = model_class()
-                with running_as(self._version):
-                    try:
-                        if hasattr(instance, "initialize"):
-                            instance.initialize(args)
-                    except (Exception, SystemExit) as err:  # noqa: BLE001 - the load failure reason
-                        self.close()
-                        raise ValueError(f"python model '{config.name}' instance '{instance_name}' failed to "
-                                         f"initialize: {text_of(err)}") from None
-                self._instances.append((instance, instance_name))
-                self._free.put((instance, instance_name))
+        for group, placed in instances(config.instance_group):  # count on each GPU listed, as Triton's
+            instance_name = placed.name
+            args = {"model_config": text, "model_instance_kind": _KINDS.get(group.kind, "CPU"),
+                    "model_instance_name": instance_name, "model_instance_device_id": str(placed.device),
+                    "model_repository": str(model_dir), "model_version": str(version), "model_name": config.name}
+            instance = model_class()
+            with running_as(self._version):
+                try:
+                    if hasattr(instance, "initialize"):
+                        instance.initialize(args)
+                except (Exception, SystemExit) as err:  # noqa: BLE001 - the load failure reason
+                    self.close()
+                    raise ValueError(f"python model '{config.name}' instance '{instance_name}' failed to "
+                                     f"initialize: {text_of(err)}") from None
+            self._instances.append((instance, instance_name))
+            self._free.put((instance, instance_name))
 
     def execute(self, feeds: dict[str, np.ndarray], output_names: Sequence[str],
                 parameters: Mapping[str, Parameter], context: RequestContext = NO_CONTEXT) -> Execution:

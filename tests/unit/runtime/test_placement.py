@@ -23,7 +23,7 @@ from onnx import TensorProto
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.runtime import onnx as onnx_backend
 from kserve_v2.runtime.placement import Placement, cuda_parameters, cuda_provider_options, no_cuda_reason, plan
-from kserve_v2.scheduling.instances import instance_count
+from kserve_v2.backend.instance_groups import instance_count
 from tests.helpers import identity_model
 
 GPU, CPU = mc.ModelInstanceGroup.KIND_GPU, mc.ModelInstanceGroup.KIND_CPU
