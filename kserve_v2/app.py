@@ -45,7 +45,7 @@ from kserve_v2.scheduling import rate_limiter
 from kserve_v2.service.inference_service import InferenceService, ServerState
 from kserve_v2.service.response_cache import ResponseCache
 from kserve_v2.settings.restrictions import parse_restrictions
-from kserve_v2.settings.server import Settings
+from kserve_v2.settings.server import Settings, header_pattern
 from kserve_v2.workers.replicas import Call, ReplicaGroup, ReplicaState
 from kserve_v2.workers.replicated import ReplicatedService, observe_group
 from transcoding.app import build_app, build_metrics_app
@@ -128,7 +128,8 @@ class App:
             exposition, status = observe_group(group, registry, reporter.snapshot if reporter else None)
         if settings.allow_http:
             app = build_app(self.service, http_settings.max_input_size, registry, status if reporter else None,
-                            settings.openai_token_ids, http_settings.cors_allowed_origins, exposition)
+                            settings.openai_token_ids, http_settings.cors_allowed_origins, exposition,
+                            header_pattern(http_settings.header_forward_pattern, "http-header-forward-pattern"))
             restrictions = parse_restrictions(http_settings.restricted_api)
             if restrictions or settings.api_key:  # otherwise no per-request work for access control
                 app = AccessMiddleware(app, restrictions, settings.api_key)

@@ -102,8 +102,6 @@ def _setting(text: str) -> str:
 TRITON_WARNED: dict[str, tuple[Callable[[str], object], bool, str]] = {
     "enable-peer-access": (_bool, False,
                            "GPU peer access is ONNX Runtime's (its CUDA provider), not the server's"),
-    "http-header-forward-pattern": (str, False, "not supported yet: request headers are not forwarded as parameters"),
-    "grpc-header-forward-pattern": (str, False, "not supported yet: request headers are not forwarded as parameters"),
     "http-thread-count": (int, False, "HTTP requests are served on the event loop, not by a thread pool "
                                       "(--workers adds processes)"),
     "grpc-infer-allocation-pool-size": (int, False, "gRPC requests and responses are not pooled for reuse here"),
@@ -321,6 +319,9 @@ def _parser() -> argparse.ArgumentParser:
     flag("grpc-infer-response-compression-level", grpc.compression_level,
          "compression of gRPC responses: none, low, medium or high (gRPC's levels; all responses here, inference "
          "responses in Triton)", type=str.lower, choices=COMPRESSION_LEVELS)
+    for proto, pattern in (("http", defaults.http.header_forward_pattern), ("grpc", grpc.header_forward_pattern)):
+        flag(f"{proto}-header-forward-pattern", pattern, f"{proto} request headers whose name this regular expression "
+             "finds are forwarded as string parameters of inference requests (Triton's flag)")
     for proto, reuse in (("http", defaults.reuse_http_port), ("grpc", grpc.reuse_port)):
         flag(f"reuse-{proto}-port", reuse, f"bind the {proto} port with SO_REUSEPORT, so that other servers may "
              "listen on it too", type=_bool)
@@ -439,14 +440,15 @@ def _settings(args: argparse.Namespace, repositories: tuple[Path, ...], metrics_
                         args.grpc_http2_max_pings_without_data, args.grpc_http2_min_recv_ping_interval_without_data,
                         args.grpc_http2_max_ping_strikes, tuple(args.grpc_restricted_protocol or ()), _tls(args, "grpc"),
                         args.reuse_grpc_port, args.grpc_infer_response_compression_level, args.grpc_max_connection_age,
-                        args.grpc_max_connection_age_grace)
+                        args.grpc_max_connection_age_grace, args.grpc_header_forward_pattern)
     model_load = ModelLoadSettings(args.model_config_name or "",
                                    not (args.disable_auto_complete_config or args.strict_model_config),
                                    args.model_load_retry_count)
     origins = tuple(o.strip() for o in args.cors_allowed_origins.split(",") if o.strip())
     http = HttpSettings(args.http_max_input_size, args.http_header_timeout_secs, args.http_body_timeout_secs,
                         args.http_keepalive_timeout_secs, args.http_max_connections, args.http_max_header_size,
-                        args.http_max_chunks, tuple(args.http_restricted_api or ()), origins, _tls(args, "http"))
+                        args.http_max_chunks, tuple(args.http_restricted_api or ()), origins, _tls(args, "http"),
+                        args.http_header_forward_pattern)
     flat = {f.name: getattr(args, f.name) for f in fields(Settings) if f.name not in _GROUPED}
     resources = tuple(parse_rate_limit_resource(r) for r in args.rate_limit_resources or ())
     cache = parse_cache_config(args.cache_config or (), args.cache_directory, args.response_cache_byte_size)

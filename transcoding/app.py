@@ -56,7 +56,7 @@ DOCS_PAGE = """<!doctype html>
 
 def build_app(service: InferenceService, max_input_bytes: int, registry: CollectorRegistry | None = None,
               status: Snapshot | None = None, token_ids: str = "tiktoken", cors_origins: Sequence[str] = (),
-              exposition: Exposition | None = None) -> ASGIApp:
+              exposition: Exposition | None = None, header_forward: re.Pattern[str] | None = None) -> ASGIApp:
     """The ASGI application of every HTTP route: V2 (``V2Routes``), SIE (``transcoding.semantic.sie``),
     OpenAI (``transcoding.semantic.embeddings``), docs, metrics and status.
 
@@ -72,8 +72,9 @@ def build_app(service: InferenceService, max_input_bytes: int, registry: Collect
             Starlette's ``CORSMiddleware``; ``*`` any); empty: no CORS headers and preflights get 405.
         exposition: gives the registry /metrics renders (every replica's, merged, with ``--workers``);
             None: ``registry``.
+        header_forward: Triton's ``--http-header-forward-pattern`` (``V2Routes``); None: no header is forwarded.
     """
-    v2 = V2Routes(service, max_input_bytes)
+    v2 = V2Routes(service, max_input_bytes, header_forward)
     routes = [*v2.routes(), *docs_routes(openapi_document(metrics=registry is not None, status=status is not None)),
               *sie_routes(service, max_input_bytes), *openai_routes(service, max_input_bytes, token_ids),
               *rerank_routes(service, max_input_bytes)]

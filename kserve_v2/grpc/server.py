@@ -14,7 +14,7 @@ from kserve_v2.grpc.registration import CheckedRegistration
 from kserve_v2.grpc.servicer import RAW_METHODS, SERVICE, Servicer
 from kserve_v2.service.inference_service import InferenceService
 from kserve_v2.settings.restrictions import parse_restrictions
-from kserve_v2.settings.server import Settings, TlsSettings
+from kserve_v2.settings.server import Settings, TlsSettings, header_pattern
 
 # Triton's limit both ways (INT32_MAX): tritonclient sends and accepts messages up to 2 GiB - 1.
 MAX_MESSAGE_BYTES = 2**31 - 1
@@ -62,7 +62,7 @@ def build_server(service: InferenceService, settings: Settings, reuse_port: bool
     restrictions = parse_restrictions(grpc_settings.restricted_protocol, "grpc-restricted-protocol")
     interceptors = [RestrictedProtocolInterceptor(restrictions)] if restrictions else []  # none: no per-call cost
     server = grpc.aio.server(options=options, interceptors=interceptors)
-    servicer = Servicer(service)
+    servicer = Servicer(service, header_pattern(grpc_settings.header_forward_pattern, "grpc-header-forward-pattern"))
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, CheckedRegistration(server, RAW_METHODS))
     health_servicer = DrainingHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

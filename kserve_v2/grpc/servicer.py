@@ -16,6 +16,7 @@ other RPCs give (``parsing.unparsable``).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2._proto import grpc_service_pb2_grpc as pb_grpc
 from kserve_v2.codec.messages import Buffer, InferParameter, InferRequest, InferResponse, parameter
 from kserve_v2.codec.requests import decode_request
+from kserve_v2.request.forwarded_headers import forwarded
 from kserve_v2.codec.responses import encode_stream_error, response_parts, stream_parts
 from kserve_v2.codec.wire import WireError
 from kserve_v2.grpc.parsing import unparsable
@@ -52,8 +54,9 @@ _DRAIN = "server draining"  # the cancel message that ends a stream's reading, n
 class Servicer(pb_grpc.GRPCInferenceServiceServicer):
     """The 20 RPCs of Triton's GRPCInferenceService."""
 
-    def __init__(self, service: InferenceService) -> None:
+    def __init__(self, service: InferenceService, header_forward: re.Pattern[str] | None = None) -> None:
         self._service = service
+        self._header_forward = header_forward  # --grpc-header-forward-pattern (kserve_v2.request.forwarded_headers)
         self._readers: set[asyncio.Task[None]] = set()  # one per open ModelStreamInfer stream
 
     def drain(self) -> None:
@@ -81,6 +84,8 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         """A serialized ModelInferRequest in, a serialized ModelInferResponse out (``RAW_METHODS``)."""
         offload = self._service.offload
         message = await _decoded(offload, request, "ModelInfer")
+        if self._header_forward is not None:
+            message = forwarded(message, context.invocation_metadata() or (), self._header_forward)
         carrier = _carrier(context) if self._service.traces else None  # the metadata is read only when we trace
         response, _ = await self._service.model_infer_reported(message, carrier, wire_bytes=len(request))
         return await _encoded(offload, *response_parts(response))
@@ -137,8 +142,11 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         running: set[asyncio.Task[None]] = set()
         offload = self._service.offload
         grpc_error = (GRPC_ERROR, "true") in (context.invocation_metadata() or ())
+        pattern, metadata = self._header_forward, context.invocation_metadata() or ()
 
         async def one(request: InferRequest, wire_bytes: int) -> None:
+            if pattern is not None:  # the stream's metadata, on each of its requests (Triton's stream handler)
+                request = forwarded(request, metadata, pattern)
             try:
                 async for reply in stream_replies(self._service, request, wire_bytes, grpc_error):
                     done.put_nowait(reply)

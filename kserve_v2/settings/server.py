@@ -9,6 +9,7 @@ mode strings are ``Literal`` types.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
@@ -62,16 +63,32 @@ class TlsSettings:
                     raise ValueError(f"--{front_end}-{part.replace('_', '-')} must name a PEM file for TLS, got '{path}'")
 
 
+def header_pattern(pattern: str, flag: str) -> re.Pattern[str] | None:
+    """Triton's ``--<front end>-header-forward-pattern`` compiled (None when empty: nothing is forwarded;
+    ``kserve_v2.request.forwarded_headers``).
+
+    Raises:
+        ValueError: not a regular expression, naming ``flag`` (a usage error at start).
+    """
+    if not pattern:
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error as err:
+        raise ValueError(f"--{flag} is not a regular expression: {err}") from None
+
+
 @dataclass(frozen=True)
 class GrpcSettings:
     """The gRPC front end's keepalive and HTTP/2 ping policy and connection age (ms; Triton's ``--grpc-*``
-    flags, gRPC's channel arguments), restricted protocol groups, TLS, ``SO_REUSEPORT`` and the
-    compression level of responses.
+    flags, gRPC's channel arguments), restricted protocol groups, TLS, ``SO_REUSEPORT``, the
+    compression level of responses and the metadata forwarded as request parameters.
 
     Raises:
         ValueError: TLS without its files, a ``restricted_protocol`` value Triton would refuse
             (``kserve_v2.settings.restrictions``), a compression level other than
-            ``COMPRESSION_LEVELS`` (Triton's text) or a negative connection age.
+            ``COMPRESSION_LEVELS`` (Triton's text), a negative connection age or a header forward
+            pattern that is not a regular expression.
     """
 
     keepalive_time: int = 7_200_000
@@ -86,8 +103,10 @@ class GrpcSettings:
     compression_level: CompressionLevel = "none"  # Triton's --grpc-infer-response-compression-level
     max_connection_age: int | None = None  # ms a connection may live (--grpc-max-connection-age); None: no limit
     max_connection_age_grace: int | None = None  # ms calls get to end after that (--grpc-max-connection-age-grace)
+    header_forward_pattern: str = ""  # Triton's --grpc-header-forward-pattern: metadata forwarded as parameters
 
     def __post_init__(self) -> None:
+        header_pattern(self.header_forward_pattern, "grpc-header-forward-pattern")
         self.tls.check("grpc")
         parse_restrictions(self.restricted_protocol, "grpc-restricted-protocol")
         if self.compression_level not in COMPRESSION_LEVELS:  # Triton's text, sic
@@ -100,11 +119,12 @@ class GrpcSettings:
 
 @dataclass(frozen=True)
 class HttpSettings:
-    """The HTTP front end's limits (bytes, seconds, counts), restricted API groups, CORS origins and TLS.
+    """The HTTP front end's limits (bytes, seconds, counts), restricted API groups, CORS origins, TLS
+    and the headers forwarded as request parameters.
 
     Raises:
-        ValueError: a limit that is not > 0, TLS without its files, or a ``restricted_api`` value
-            Triton would refuse.
+        ValueError: a limit that is not > 0, TLS without its files, a ``restricted_api`` value
+            Triton would refuse, or a header forward pattern that is not a regular expression.
     """
 
     max_input_size: int = 64 * 2**20
@@ -117,8 +137,10 @@ class HttpSettings:
     restricted_api: tuple[str, ...] = ()
     cors_allowed_origins: tuple[str, ...] = ()
     tls: TlsSettings = TlsSettings()
+    header_forward_pattern: str = ""  # Triton's --http-header-forward-pattern: headers forwarded as parameters
 
     def __post_init__(self) -> None:
+        header_pattern(self.header_forward_pattern, "http-header-forward-pattern")
         for name in ("max_input_size", "header_timeout_secs", "body_timeout_secs", "keepalive_timeout_secs",
                      "max_connections", "max_header_size", "max_chunks"):
             if getattr(self, name) <= 0:

@@ -8,6 +8,8 @@ says, one without a file fails, and a python model's ``auto_complete_config`` is
 from __future__ import annotations
 
 import contextlib
+import json
+import queue
 import re
 import socket
 import subprocess
@@ -19,14 +21,13 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
 
-from helpers import ROOT, Server, add_model, add_python_model, infer_input, make_model, start_server, wait_until
+from helpers import (ROOT, Server, add_model, add_python_model, http_json, infer_input, make_model, start_server,
+                     wait_until)
 
 # Triton's qa/L0_logging/log_format_test.py
 ISO8601_LINE = re.compile(r"(?P<ISO8601_timestamp>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z) (?P<level>\w+) (?P<pid>\d+) "
                           r"(?P<file>.+):(?P<line>\d+)] (?P<message>.*)")
 WARNED = {"--enable-peer-access=true": "enable-peer-access", "--http-thread-count=8": "http-thread-count",
-          "--http-header-forward-pattern=x-.*": "http-header-forward-pattern",
-          "--grpc-header-forward-pattern=x-.*": "grpc-header-forward-pattern",
           "--grpc-infer-allocation-pool-size=16": "grpc-infer-allocation-pool-size",
           "--pinned-memory-pool-byte-size=268435456": "pinned-memory-pool-byte-size",
           "--cuda-memory-pool-byte-size=0:67108864": "cuda-memory-pool-byte-size",
@@ -154,3 +155,46 @@ def test_log_file_config_name_and_no_auto_complete(tmp_path: Path) -> None:
     log = server.log()
     assert log.count("failed to load 'no_inputs' version 1 (attempt 1 of 2), retrying") == 1
     assert "gRPC server listening on" not in output.read_text()  # the log went to the file
+
+
+PARAMETERS_ECHO = '''
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            return [pb_utils.InferenceResponse([pb_utils.Tensor("PARAMETERS", np.array([r.parameters()], dtype=object))])
+                    for r in requests]
+'''
+
+
+def test_header_forward_patterns_make_headers_request_parameters(tmp_path: Path) -> None:
+    """--grpc-header-forward-pattern and --http-header-forward-pattern: the headers whose name the pattern finds reach
+    the model as string parameters (ModelInfer, ModelStreamInfer's metadata, REST /infer); others do not; a parameter
+    the request carries keeps its value."""
+    repository = tmp_path / "models"
+    add_python_model(repository, "parameters_echo", 'input [{ name: "IN" data_type: TYPE_INT32 dims: [1] }]\n'
+                     'output [{ name: "PARAMETERS" data_type: TYPE_STRING dims: [1] }]\n', PARAMETERS_ECHO)
+    server = start_server(repository, tmp_path / "logs", "--grpc-header-forward-pattern=^x-",
+                          "--http-header-forward-pattern=^x-")
+    try:
+        given = grpcclient.InferInput("IN", [1], "INT32")
+        given.set_data_from_numpy(np.array([1], np.int32))
+        with grpcclient.InferenceServerClient(server.url) as client:
+            result = client.infer("parameters_echo", [given], headers={"x-user": "alice", "user": "bob"},
+                                  parameters={"x-kept": "body"})
+            seen = json.loads(result.as_numpy("PARAMETERS")[0])
+            assert seen == {"x-user": "alice", "x-kept": "body"}
+            answers: queue.SimpleQueue[object] = queue.SimpleQueue()
+            client.start_stream(lambda result, error: answers.put(error or result), headers={"x-stream": "s1"})
+            client.async_stream_infer("parameters_echo", [given])
+            streamed = answers.get(timeout=30)
+            client.stop_stream()
+            assert json.loads(streamed.as_numpy("PARAMETERS")[0]) == {"x-stream": "s1"}  # type: ignore[union-attr]
+        status, body = http_json(server, "/v2/models/parameters_echo/infer",
+                                 {"inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [1]}]},
+                                 headers={"X-Tenant": "t-7", "Tenant": "no"})
+        assert status == 200 and json.loads(body["outputs"][0]["data"][0]) == {"x-tenant": "t-7"}
+    finally:
+        assert server.stop() == 0

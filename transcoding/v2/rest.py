@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -25,6 +26,7 @@ from kserve_v2._proto import grpc_service_pb2 as pb
 from kserve_v2.codec.messages import Buffer, InferRequest, InferResponse, RequestHeader
 from kserve_v2.protocol.errors import InvalidInput
 from kserve_v2.protocol.json_pb import message_to_json
+from kserve_v2.request.forwarded_headers import forwarded
 from kserve_v2.request.offload import is_heavy
 from kserve_v2.service.inference_service import InferenceService
 from transcoding.http.body import compressed, header_values, read_body
@@ -52,11 +54,15 @@ class V2Routes:
     Args:
         service: the one request path.
         max_input_bytes: largest request body, after decompression (413 above it).
+        header_forward: Triton's ``--http-header-forward-pattern``: the headers whose name it finds
+            become string parameters of an infer request (``kserve_v2.request.forwarded_headers``).
     """
 
-    def __init__(self, service: InferenceService, max_input_bytes: int) -> None:
+    def __init__(self, service: InferenceService, max_input_bytes: int,
+                 header_forward: re.Pattern[str] | None = None) -> None:
         self.service = service
         self.max_input_bytes = max_input_bytes
+        self.header_forward = header_forward
 
     def routes(self) -> list[BaseRoute]:
         """Health, metadata, config, statistics, infer, generate, repository and system shared memory routes."""
@@ -134,6 +140,8 @@ class V2Routes:
         service = self.service
         carrier = dict(request.headers) if service.traces else None  # a W3C traceparent, read only when tracing
         # the response's raw contents are the buffers gRPC would send (views of the output arrays)
+        if self.header_forward is not None:
+            parsed = replace(parsed, request=forwarded(parsed.request, request.headers.items(), self.header_forward))
         response, report = await service.model_infer_reported(parsed.request, carrier)
         content: Sequence[Buffer]  # the JSON, then the binary outputs
         json_length: int | None
