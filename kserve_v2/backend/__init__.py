@@ -34,6 +34,7 @@ Modules:
 - ``custom_metrics``: the metric families model code creates, exported in ``/metrics``.
 - ``cancellation``: cancelling a running execution, from the event loop to the backend's thread.
 - ``rescheduling``: a request a backend hands back to be executed again (iterative sequences).
+- ``instance_groups``: the instances of a version's instance groups, Triton's rule (count on each GPU listed).
 """
 
 from __future__ import annotations

@@ -7,4 +7,5 @@
 - ``shared_memory``: Triton's system shared memory extension: registered regions.
 - ``budget``: request memory: a request's decoded cost, the per-request limit, the in-flight pool.
 - ``offload``: heavy decoding and encoding off the event loop (threads, a JSON worker process).
+- ``forwarded_headers``: Triton's header forward patterns: request headers as request parameters.
 """

@@ -12,6 +12,7 @@ process or, with ``EXECUTION_MODE`` ``process`` or ``EXECUTION_ENV_PATH``, in st
 - ``process``: the server's side of a stub process: ``ProcessModel``, ``ProcessInstance`` proxies.
 - ``stub``: the stub process's main loop (``python -m kserve_v2.runtime.python.stub``) and ``StubHost``,
   the ``ModelHost`` that asks the server.
+- ``protocol``: the typed messages between the server and a stub, and the ``Link`` both sides talk over.
 - ``shm``: the shared memory region tensors travel through between the server and a stub.
 - ``environments``: ``EXECUTION_ENV_PATH``: custom execution environments, unpacked once.
 """
