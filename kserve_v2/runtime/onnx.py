@@ -28,8 +28,8 @@ from kserve_v2.protocol.datatypes import BF16, BYTES
 from kserve_v2.protocol.errors import Cancelled, InvalidInput
 from kserve_v2.protocol.model_spec import TensorDeclaration
 from kserve_v2.runtime.device import CPU_EP, CUDA_EP, OPENVINO, OPENVINO_EP, cuda_device_count
-from kserve_v2.backend.instance_groups import KIND_GPU
-from kserve_v2.runtime.placement import Placement, cuda_parameters, cuda_provider_options, no_cuda_reason, plan
+from kserve_v2.backend.instance_groups import KIND_GPU, Instance
+from kserve_v2.runtime.placement import cuda_parameters, cuda_provider_options, no_cuda_reason, plan
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def open_session(path: Path, config: mc.ModelConfig, spinning: bool = False) -> 
         ValueError: a malformed session or CUDA provider parameter; anything ORT raises for an invalid model.
     """
     group = config.instance_group[0]
-    first = Placement(group.name, 0, group.kind, group.gpus[0] if group.kind == KIND_GPU else 0)
+    first = Instance(group.name, 0, group.kind, group.gpus[0] if group.kind == KIND_GPU else 0)
     gpus = cuda_device_count()
     used = {first.device} if first.on_gpu else set()
     if others := sorted({p.device for p in plan(config.instance_group, gpus) if p.on_gpu} - used):
@@ -112,7 +112,7 @@ def open_sessions(path: Path, config: mc.ModelConfig, spinning: bool = False) ->
     return _open_sessions(path, config, spinning, plan(config.instance_group, gpus), gpus)
 
 
-def _open_sessions(path: Path, config: mc.ModelConfig, spinning: bool, placements: Sequence[Placement],
+def _open_sessions(path: Path, config: mc.ModelConfig, spinning: bool, placements: Sequence[Instance],
                    gpus: int) -> list[OnnxSession]:
     """The sessions of ``placements`` (``gpus``: the usable GPUs), logging once for each GPU setting
     that has no effect: ``instance_group.gpus`` of a KIND_CPU group, and the CUDA provider

@@ -21,8 +21,6 @@ from collections.abc import Mapping, Sequence
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend.instance_groups import KIND_GPU, Instance, instances
 
-Placement = Instance  # one instance and where it runs
-
 # Triton's parameter -> (the CUDA execution provider option, Triton's value -> ONNX Runtime's value)
 _CONV_ALGO_SEARCH = {"0": "EXHAUSTIVE", "1": "HEURISTIC", "2": "DEFAULT"}
 _ARENA_EXTEND_STRATEGY = {"0": "kNextPowerOfTwo", "1": "kSameAsRequested"}
@@ -31,7 +29,7 @@ _SIZE_MAX = 2**64 - 1  # gpu_mem_limit is a size_t; Triton's README: "To use all
 CUDA_PARAMETERS = ("cudnn_conv_algo_search", "gpu_mem_limit", "arena_extend_strategy", "do_copy_in_default_stream")
 
 
-def plan(groups: Sequence[mc.ModelInstanceGroup], gpus: int) -> list[Placement]:
+def plan(groups: Sequence[mc.ModelInstanceGroup], gpus: int) -> list[Instance]:
     """The instances of completed instance groups, in Triton's order: group by group, index by
     index, and for a KIND_GPU group each of its GPUs in the order ``gpus`` lists them.
 

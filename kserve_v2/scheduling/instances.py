@@ -1,6 +1,6 @@
 """A model version's instances (Triton's instance group): where its executions run.
 
-Executions run on a thread pool sized by the version's instances (``instance_count``: Triton's
+Executions run on a thread pool sized by the version's instances (``backend.instance_groups``: Triton's
 ``count`` on each GPU of a KIND_GPU group), so ONNX Runtime never blocks the event loop for long
 and at most ``count`` executions of a version run at once. An execution whose inputs are small
 and whose version has been measured to take microseconds runs on the event loop itself: handing
@@ -28,7 +28,6 @@ from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend import Executable
 from kserve_v2.backend.cancellation import Cancellation, running
 from kserve_v2.backend.host import RateLimiting
-from kserve_v2.backend.instance_groups import instance_count
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +43,10 @@ class InstancePool:
 
     Args:
         name, version: the version (thread names).
-        count: instances (>= 1), executions that may run at once, when ``groups`` is empty.
+        count: instances (>= 1), executions that may run at once (``backend.instance_groups.instance_count``
+            of the completed groups).
         executable: what the backend opened.
-        groups: the completed instance groups, registered with ``limiter``; when given, the version has
-            their ``instance_count`` instances.
+        groups: the completed instance groups, registered with ``limiter``.
         limiter: the server's rate limiter (``BackendHost.rate_limiter``); None: rate limiting is off,
             and a group's ``rate_limiter`` is ignored as Triton ignores it, with one warning naming it.
 
@@ -63,7 +62,7 @@ class InstancePool:
             log.warning("model '%s' version %d: config field 'instance_group.rate_limiter' has no effect with "
                         "--rate-limit off (the default, as in Triton); start the server with --rate-limit "
                         "execution_count to honour it", name, version)
-        self.count = instance_count(groups) or count
+        self.count = count
         self.executable = executable
         self._running = 0  # executions in progress (inline or on a thread)
         self._cost_ns = _UNMEASURED  # moving average of an execution's thread CPU time (never for threaded ones)

@@ -28,6 +28,15 @@ def _free_port() -> int:
         return port
 
 
+def answers(endpoint: str) -> bool:
+    """Whether moto's server at ``endpoint`` (``http://host:port``) answers its API yet."""
+    try:
+        urllib.request.urlopen(endpoint + "/moto-api/", timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 class MotoS3:
     """moto's S3 server on ``127.0.0.1:port`` until ``stop()`` (or the end of a ``with`` block); its output in ``log``."""
 
@@ -49,11 +58,7 @@ class MotoS3:
                                aws_secret_access_key=SECRET, region_name=REGION)
 
     def _up(self) -> bool:
-        try:
-            urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=1).close()
-            return True
-        except OSError:
-            return False
+        return answers(self.endpoint)
 
     def upload(self, folder: Path, bucket: str, prefix: str) -> list[str]:
         """Every file under ``folder`` as ``prefix/<its path under folder>`` in ``bucket`` (made here); the keys."""

@@ -25,6 +25,7 @@ import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
+from deploy.s3_store import answers
 from helpers import free_port, http_json, make_model, start_server, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,16 +56,9 @@ class Moto:
         self.log = open(tmp / f"moto-{self.port}-{time.monotonic_ns()}.log", "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
                                      stdout=self.log, stderr=subprocess.STDOUT)
-        wait_until(lambda: self._up(), "moto server up", timeout=30)
+        wait_until(lambda: answers(self.endpoint), "moto server up", timeout=30)
         self.s3 = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=KEY_ID,
                                aws_secret_access_key=SECRET, region_name="us-east-1")
-
-    def _up(self) -> bool:
-        try:
-            urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=1).close()
-            return True
-        except OSError:
-            return False
 
     def url(self, bucket: str = "models", path: str = "repo") -> str:
         return f"s3://127.0.0.1:{self.port}/{bucket}/{path}"

@@ -22,8 +22,8 @@ from onnx import TensorProto
 
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.runtime import onnx as onnx_backend
-from kserve_v2.runtime.placement import Placement, cuda_parameters, cuda_provider_options, no_cuda_reason, plan
-from kserve_v2.backend.instance_groups import instance_count
+from kserve_v2.runtime.placement import cuda_parameters, cuda_provider_options, no_cuda_reason, plan
+from kserve_v2.backend.instance_groups import Instance, instance_count
 from tests.helpers import identity_model
 
 GPU, CPU = mc.ModelInstanceGroup.KIND_GPU, mc.ModelInstanceGroup.KIND_CPU
@@ -35,7 +35,7 @@ def groups(text: str) -> list[mc.ModelInstanceGroup]:
     return list(config.instance_group)
 
 
-def rows(placements: list[Placement]) -> list[tuple[str, int, int, int]]:
+def rows(placements: list[Instance]) -> list[tuple[str, int, int, int]]:
     return [(p.group, p.index, p.kind, p.device) for p in placements]
 
 
