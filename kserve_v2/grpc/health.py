@@ -2,8 +2,11 @@
 
 grpcio-health-checking's asyncio servicer sends NOT_SERVING to watchers on
 ``enter_graceful_shutdown`` but keeps every Watch stream open, so ``server.stop(grace)`` waits the
-whole grace period for them. Here a Watch returns (status OK) once it has sent the status it sees
-during shutdown, and ``shut_down`` wakes every watcher, including those of unknown services.
+whole grace period for them. Here a Watch returns (status OK) once it has sent NOT_SERVING (or
+SERVICE_UNKNOWN for a name never set) during shutdown, and ``shut_down`` wakes every watcher,
+including those of unknown services. The status sent during shutdown does not wait for the base
+class to store NOT_SERVING: a Watch still writing when shutdown begins holds its condition, and
+would otherwise end after the old status, so it looks again after every write.
 """
 
 from __future__ import annotations
@@ -37,9 +40,12 @@ class DrainingHealthServicer(health.aio.HealthServicer):
             async with condition:
                 while True:
                     status = self._server_status.get(request.service, health_pb2.HealthCheckResponse.SERVICE_UNKNOWN)
+                    if self._gracefully_shutting_down and status != health_pb2.HealthCheckResponse.SERVICE_UNKNOWN:
+                        status = health_pb2.HealthCheckResponse.NOT_SERVING  # what enter_graceful_shutdown is storing
                     if status != last_status:
                         await context.write(health_pb2.HealthCheckResponse(status=status))
                         last_status = status
+                        continue  # shutdown may have begun during the write: look again
                     if self._gracefully_shutting_down:
                         return
                     await condition.wait()
