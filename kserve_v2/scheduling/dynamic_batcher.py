@@ -88,7 +88,6 @@ class DynamicBatcher:
         self._items = items
         self._pool = pool
         self._fast = pool if alone else None
-        self._waiting = False  # the loop holds a free instance and waits for a request
         self._max_batch = max_batch_size
         self._preferred = sorted({s for s in config.preferred_batch_size if 0 < s <= max_batch_size})
         self._delay_ns = config.max_queue_delay_microseconds * 1000
@@ -142,9 +141,10 @@ class DynamicBatcher:
         return outcome
 
     def forms_batch_of_one(self) -> bool:
-        """Whether a request arriving now would be dispatched alone at once: the loop holds a free
-        instance, the queue is empty and there is no queue delay to wait for others."""
-        return self._waiting and not self._delay_ns and not self._queue
+        """Whether a request arriving now would be dispatched alone at once, given a free instance
+        (which ``InstancePool.runs_inline`` checks): the queue is empty and there is no queue delay
+        to wait for others."""
+        return not self._delay_ns and not self._queue
 
     def stop(self) -> None:
         """Stop forming batches (the version is retired; its queue is empty)."""
@@ -193,11 +193,7 @@ class DynamicBatcher:
             queue.apply_policies()
             if not queue:
                 self._arrived.clear()
-                self._waiting = True
-                try:
-                    await self._arrived.wait()
-                finally:
-                    self._waiting = False
+                await self._arrived.wait()
                 continue
             best, can_grow = self._pending_batch()
             now = queue.clock()

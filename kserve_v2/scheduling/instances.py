@@ -5,7 +5,10 @@ Executions run on a thread pool sized by the version's instances (``backend.inst
 and at most ``count`` executions of a version run at once. An execution whose inputs are small
 and whose version has been measured to take microseconds runs on the event loop itself: handing
 it to a thread and back costs more than the work (two thread wake-ups and a loop wake-up per
-request). Cancelling a caller drops thread work that has not started and
+request). The measure that decides is taken on the loop: on a thread the same work reads far
+dearer while the loop holds the GIL (an ONNX Runtime run of 5 us reads about 100 us there), so
+work measured on threads is tried on the loop now and then (``PROBE_EVERY``), unless even the
+thread's reading is large. Cancelling a caller drops thread work that has not started and
 tells running work to stop (``kserve_v2.backend.cancellation``: ONNX Runtime terminates between nodes).
 An executable that is ``threaded`` (its executions may wait on other requests, as python models
 do) always runs on its threads. With rate limiting on (``kserve_v2.scheduling.rate_limiter``) every
@@ -32,9 +35,13 @@ from kserve_v2.backend.host import RateLimiting
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-# Work measured under this (moving average of its thread CPU time, ns) with inputs under INLINE_BYTES runs on the loop.
+# Work measured on the loop under this (running median of its CPU time, ns) with inputs under INLINE_BYTES runs there.
 INLINE_NS = 100_000
 INLINE_BYTES = 64 * 1024
+# Work run on threads, whose running median there is under PROBE_NS, runs once on the loop after its
+# first thread run and after every PROBE_EVERY-th, to be measured there.
+PROBE_NS = 1_000_000
+PROBE_EVERY = 64
 _UNMEASURED = float("inf")
 
 
@@ -65,13 +72,16 @@ class InstancePool:
         self.count = count
         self.executable = executable
         self._running = 0  # executions in progress (inline or on a thread)
-        self._cost_ns = _UNMEASURED  # moving average of an execution's thread CPU time (never for threaded ones)
+        self._cost_ns = _UNMEASURED  # running median of an execution's CPU time on the loop (never for threaded ones)
+        self._thread_cost_ns = _UNMEASURED  # the same on instance threads, GIL hand-offs included
+        self._thread_runs = 0
+        self._probe = False  # the next execution runs on the loop to be measured there
         self._measured = not executable.threaded
         self._executor = ThreadPoolExecutor(max_workers=count, thread_name_prefix=f"ort-{name}-{version}")
 
     def runs_inline(self, input_bytes: int) -> bool:
         """Whether an execution with ``input_bytes`` of inputs would run on the event loop now (see INLINE_NS)."""
-        return (self._limited is None and self._cost_ns < INLINE_NS and input_bytes <= INLINE_BYTES
+        return (self._limited is None and (self._cost_ns < INLINE_NS or self._probe) and input_bytes <= INLINE_BYTES
                 and self._running < self.count)
 
     async def run(self, work: Callable[[], T], input_bytes: int) -> tuple[T, int, int]:
@@ -92,7 +102,7 @@ class InstancePool:
             nonlocal started, finished
             running(cancellation)
             try:
-                result, started, finished = self._timed(work)
+                result, started, finished = self._timed(work, on_loop=False)
                 return result
             finally:
                 running(None)
@@ -130,22 +140,31 @@ class InstancePool:
         """Run ``work`` on the event loop, counted as a running execution: (result, started_ns, finished_ns)."""
         self._running += 1
         try:
-            return self._timed(work)
+            return self._timed(work, on_loop=True)
         finally:
             self._running -= 1
 
-    def _timed(self, work: Callable[[], T]) -> tuple[T, int, int]:
-        """(``work()``, started_ns, finished_ns), its thread CPU time folded into the version's cost
-        (what the loop would be blocked for, without other threads' preemption)."""
+    def _timed(self, work: Callable[[], T], on_loop: bool) -> tuple[T, int, int]:
+        """(``work()``, started_ns, finished_ns), its thread CPU time folded into the version's cost on
+        the loop (what the loop would be blocked for, without other threads' preemption) or on threads."""
         started, cpu = time.perf_counter_ns(), time.thread_time_ns()
         try:
             result = work()
         finally:
             if self._measured:
-                cpu = time.thread_time_ns() - cpu
-                cost = self._cost_ns
-                self._cost_ns = cpu if cost == _UNMEASURED else 0.8 * cost + 0.2 * cpu
+                self._measure(time.thread_time_ns() - cpu, on_loop)
         return result, started, time.perf_counter_ns()
+
+    def _measure(self, cpu_ns: int, on_loop: bool) -> None:
+        if on_loop:
+            cost, probe, self._probe = self._cost_ns, self._probe, False
+            # a probe's reading replaces the estimate that sent the work to threads
+            self._cost_ns = cpu_ns if probe else _follow_median(cost, cpu_ns)
+            return
+        self._thread_cost_ns = cost = _follow_median(self._thread_cost_ns, cpu_ns)
+        self._thread_runs += 1
+        if self._thread_runs % PROBE_EVERY == 1 and cost < PROBE_NS:
+            self._probe = True
 
     def on_each(self, work: Callable[[], T]) -> list[T]:
         """Run ``work`` once on each instance thread, all at once, and wait for every run (blocking, off
@@ -163,7 +182,7 @@ class InstancePool:
 
         def run() -> T:
             together.wait()
-            return self._timed(work)[0]
+            return self._timed(work, on_loop=False)[0]
 
         futures = [self._executor.submit(run) for _ in range(self.count)]
         wait(futures)
@@ -176,6 +195,14 @@ class InstancePool:
             self._limited.close()
         self.executable.close()
         del self.executable
+
+
+def _follow_median(estimate: float, reading: int) -> float:
+    """A running median (ns): the first reading, then a tenth up or down towards each reading, so the
+    readings' long tail (preemption, a garbage collection, GIL hand-offs) does not pull it up."""
+    if estimate == _UNMEASURED:
+        return reading
+    return estimate * 1.1 if reading > estimate else estimate / 1.1
 
 
 def nbytes(feeds: dict[str, np.ndarray]) -> int:
