@@ -43,7 +43,9 @@ from kserve_v2.request.shared_memory import SharedMemoryRegistry
 from kserve_v2.runtime.device import cuda_device_count
 from kserve_v2.scheduling import rate_limiter
 from kserve_v2.service.inference_service import InferenceService, ServerState
-from kserve_v2.service.response_cache import ResponseCache
+from kserve_v2.service.redis_cache import RedisResponseCache, ping
+from kserve_v2.service.response_cache import CountedCache, ResponseCache
+from kserve_v2.settings.cache_config import CacheConfig
 from kserve_v2.settings.restrictions import parse_restrictions
 from kserve_v2.settings.server import Settings, header_pattern
 from kserve_v2.workers.replicas import Call, ReplicaGroup, ReplicaState
@@ -103,8 +105,7 @@ class App:
         self.offload = Offload()  # the decode threads and the JSON worker process, for gRPC and REST alike
         service_args = (self.manager, self.state, settings.server_name, settings.model_control_mode, metrics,
                         self.tracing, memory, logs, budget, self.offload)
-        # Triton's response cache (--cache-config), one per replica
-        cache = ResponseCache(settings.cache_config.size) if settings.cache_config is not None else None
+        self.cache = cache = _response_cache(settings.cache_config)
         if cache is not None and registry is not None:
             registry.register(cache)
         self.service = (InferenceService(*service_args, cache=cache) if group is None
@@ -193,6 +194,8 @@ class App:
         startup.cancel()
         interval.cancel()
         await self.manager.close()
+        if self.cache is not None:
+            await self.cache.close()
         self.offload.close()
         await asyncio.to_thread(self.tracing.shutdown)
         log.info("server stopped")
@@ -294,6 +297,21 @@ class App:
             log.info("server is ready")
         else:
             log.warning("server is live but not ready: a startup model failed to load (see RepositoryIndex)")
+
+
+def _response_cache(config: CacheConfig | None) -> CountedCache | None:
+    """Triton's response cache (``--cache-config``): the local one (each replica its own), or Redis
+    (shared), pinged first; None when none is configured.
+
+    Raises:
+        RuntimeError: Redis cannot be reached ("Failed to initialize RedisCache: ...", Triton's text).
+    """
+    if config is None:
+        return None
+    if config.redis is None:
+        return ResponseCache(config.size)
+    ping(config.redis)
+    return RedisResponseCache(config.redis)
 
 
 def _orphaned(stop: asyncio.Event) -> None:

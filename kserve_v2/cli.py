@@ -274,7 +274,8 @@ def _parser() -> argparse.ArgumentParser:
         "--cache-config", action="append", metavar="<cache>,<setting>=<value>",
         default=cache_env.split(";") if cache_env else None,
         help="the response cache, for models whose config has response_cache { enable: true }: 'local,size=<bytes>' "
-        f"(Triton's local cache; repeat for more settings; env {ENV_PREFIX}CACHE_CONFIG, ';'-separated)")
+        "(Triton's local cache) or 'redis,host=<host>' with 'redis,port=<port>' (Triton's redis cache, shared by "
+        f"replicas and servers); repeat for more settings; env {ENV_PREFIX}CACHE_CONFIG, ';'-separated")
     backend_env = os.environ.get(ENV_PREFIX + "BACKEND_CONFIG")
     serve.add_argument(
         "--backend-config", action="append", metavar="<backend>,<setting>=<value>",
@@ -283,8 +284,8 @@ def _parser() -> argparse.ArgumentParser:
         "shm-region-prefix-name and stub-timeout-seconds, for models run in stub processes (Triton's python backend "
         "settings), and execution-mode ('in_process' or 'process': where python models without an EXECUTION_MODE "
         f"parameter run); env {ENV_PREFIX}BACKEND_CONFIG, ';'-separated")
-    flag("cache-directory", defaults.cache_directory, "where Triton looks for cache libraries (the 'local' cache is "
-         "built in; another cache name fails, naming this folder)")
+    flag("cache-directory", defaults.cache_directory, "where Triton looks for cache libraries (the 'local' and "
+         "'redis' caches are built in; another cache name fails, naming this folder)")
     flag("response-cache-byte-size", None, "DEPRECATED: --cache-config local,size=<bytes>", type=int)
     flag("workers", str(defaults.workers),
          "replica processes serving the same ports, each a whole server with its own models ('auto': the CPUs "

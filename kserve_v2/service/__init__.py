@@ -5,5 +5,7 @@ transport.
 - ``extensions``: ``TritonExtensions``: Triton's repository, shared memory, trace and logging extensions.
 - ``text_models``: ``TextModels``: the semantic routes' text models, one version per call.
 - ``streaming``: every response of one request, as it comes (decoupled models).
-- ``response_cache``: ``ResponseCache``: Triton's local response cache, looked up by ``InferenceService``.
+- ``response_cache``: ``CountedCache`` (what every response cache shares) and ``ResponseCache``: Triton's
+  local response cache, looked up by ``InferenceService``.
+- ``redis_cache``: ``RedisResponseCache``: Triton's redis response cache, shared by replicas and servers.
 """

@@ -40,7 +40,7 @@ from kserve_v2.request.encode import encode_response
 from kserve_v2.request.offload import Offload, is_heavy
 from kserve_v2.request.shared_memory import SharedMemoryRegistry
 from kserve_v2.service.extensions import ExtensionsFactory, TritonExtensions
-from kserve_v2.service.response_cache import Lookup, ResponseCache
+from kserve_v2.service.response_cache import CountedCache, Lookup
 from kserve_v2.service.streaming import stream_request
 from kserve_v2.service.text_models import TextModels
 from kserve_v2.settings.server import Settings
@@ -102,7 +102,7 @@ class InferenceService:
                  metrics: InferenceMetrics | None = None, tracing: Tracing | None = None,
                  shared_memory: SharedMemoryRegistry | None = None, logs: LogSettings | None = None,
                  budget: MemoryBudget | None = None, offload: Offload | None = None,
-                 extensions: ExtensionsFactory = TritonExtensions, cache: ResponseCache | None = None) -> None:
+                 extensions: ExtensionsFactory = TritonExtensions, cache: CountedCache | None = None) -> None:
         self._memory = shared_memory
         self._cache = cache
         self._budget = budget or MemoryBudget(Settings.max_request_decoded_bytes, Settings.request_memory_pool_bytes)
@@ -309,7 +309,7 @@ class InferenceService:
                 decoded_at = time.perf_counter_ns()
                 lookup = None
                 if self._cache is not None and model.config.response_cache.enable:  # hits skip the scheduler
-                    lookup = self._cache.lookup(model.name, model.version, model.label, decoded)
+                    lookup = await self._cache.lookup(model.name, model.version, model.label, decoded)
                     if lookup.found is not None:
                         return await self._cached(request, model, api, raw_outputs, decoded, lookup, started)
                 try:
@@ -346,7 +346,7 @@ class InferenceService:
                 regions.release()
         miss_ns = None
         if lookup is not None and self._cache is not None and not (responses is not None and responses.taken):
-            miss_ns = self._cache.insert(lookup, model.name, model.label, execution.outputs, execution.parameters)
+            miss_ns = await self._cache.insert(lookup, model.name, model.label, execution.outputs, execution.parameters)
         finished = time.perf_counter_ns()
         report = RequestReport(decoded.batch_size, execution.executions, execution.batch_size, finished - started,
                                queue_ns, decoded_at - started + execution.pre_ns, infer_ns,

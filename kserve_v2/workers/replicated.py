@@ -32,7 +32,7 @@ from kserve_v2.request.offload import Offload
 from kserve_v2.request.shared_memory import SharedMemoryRegistry
 from kserve_v2.service.extensions import TritonExtensions, requested_model
 from kserve_v2.service.inference_service import InferenceService, ServerState
-from kserve_v2.service.response_cache import ResponseCache
+from kserve_v2.service.response_cache import CountedCache
 from kserve_v2.workers.replica_views import merge_families, merge_index, merge_statistics, merge_status, values
 from kserve_v2.workers.replicas import Call, Outcome, ReplicaGroup
 
@@ -143,7 +143,7 @@ class ReplicatedService(InferenceService):
                  control_mode: str, metrics: InferenceMetrics | None = None, tracing: Tracing | None = None,
                  shared_memory: SharedMemoryRegistry | None = None, logs: LogSettings | None = None,
                  budget: MemoryBudget | None = None, offload: Offload | None = None,
-                 cache: ResponseCache | None = None) -> None:  # cache: this replica's own
+                 cache: CountedCache | None = None) -> None:  # cache: this replica's own (local) or shared (redis)
         super().__init__(manager, state, server_name, control_mode, metrics, tracing, shared_memory, logs, budget,
                          offload, extensions=partial(ReplicatedExtensions, group), cache=cache)
         self._group = group

@@ -237,8 +237,10 @@ def test_response_cache_without_a_server_cache_is_ignored(tmp_path: Path) -> Non
     (["--cache-config", "local,size"], "--cache-config option format is '<cache name>,<setting>=<value>'. Got local,size"),
     (["--cache-config=local,size="], "--cache-config option format is '<cache name>,<setting>=<value>'. Got local,size="),
     (["--cache-config", "local,other=1"], "Failed to initialize LocalCache: config didn't contain a valid 'size' field."),
-    (["--cache-config", "redis,host=localhost"], "unable to find 'libtritoncache_redis.so' for cache. Searched: "
-                                                 "/opt/tritonserver/caches"),
+    (["--cache-config", "memcached,host=localhost"], "unable to find 'libtritoncache_memcached.so' for cache. "
+                                                     "Searched: /opt/tritonserver/caches"),
+    (["--cache-config", "redis,host=localhost"], "Failed to initialize RedisCache, didn't specify address. Must at a "
+                                                 "minimum specify 'host' and 'port' in the configuration"),
     (["--cache-config", "local,size=1", "--cache-config", "redis,host=h"],
      "found multiple cache configurations, but only a single cache is currently supported"),
     (["--cache-config", "local,size=1", "--response-cache-byte-size", "1"],

@@ -3,6 +3,9 @@ an entry larger than the cache, and Triton's ALREADY_EXISTS rule for a second in
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
+
 import numpy as np
 
 from kserve_v2.request.decode import DecodedRequest
@@ -14,7 +17,12 @@ def _decoded(x: np.ndarray, outputs: tuple[str, ...] = ("Y",), **parameters: obj
 
 
 def _lookup(cache: ResponseCache, x: np.ndarray) -> Lookup:
-    return cache.lookup("m", 1, "1", _decoded(x))
+    return asyncio.run(cache.lookup("m", 1, "1", _decoded(x)))
+
+
+def _insert(cache: ResponseCache, lookup: Lookup, outputs: list[np.ndarray],
+            parameters: Mapping[str, object] | None = None) -> int | None:
+    return asyncio.run(cache.insert(lookup, "m", "1", outputs, parameters))  # type: ignore[arg-type]
 
 
 def test_the_key_covers_bytes_shape_datatype_outputs_and_parameters() -> None:
@@ -40,10 +48,10 @@ def test_least_recently_used_out_first_by_bytes() -> None:
     for x in keys[:3]:
         lookup = _lookup(cache, x)
         assert lookup.found is None
-        assert cache.insert(lookup, "m", "1", [y], None) is not None
+        assert _insert(cache, lookup, [y]) is not None
     assert len(cache) == 3 and cache.used == 636
     assert _lookup(cache, keys[0]).found is not None  # now the most recently used
-    cache.insert(_lookup(cache, keys[3]), "m", "1", [y], None)
+    _insert(cache, _lookup(cache, keys[3]), [y])
     assert len(cache) == 3 and cache.evictions == 1
     assert _lookup(cache, keys[1]).found is None  # the least recently used went
     assert _lookup(cache, keys[0]).found is not None
@@ -54,7 +62,7 @@ def test_least_recently_used_out_first_by_bytes() -> None:
 def test_an_entry_larger_than_the_cache_is_not_stored_but_is_a_miss() -> None:
     cache = ResponseCache(700)
     lookup = _lookup(cache, np.zeros(1, dtype=np.float32))
-    assert cache.insert(lookup, "m", "1", [np.zeros(1000, dtype=np.float32)], None) is not None
+    assert _insert(cache, lookup, [np.zeros(1000, dtype=np.float32)]) is not None
     assert len(cache) == 0 and cache.used == 0
 
 
@@ -62,6 +70,6 @@ def test_a_second_insertion_of_a_key_is_not_a_miss() -> None:
     cache = ResponseCache(1 << 20)
     x = np.ones(3, dtype=np.float32)
     first, second = _lookup(cache, x), _lookup(cache, x)  # two requests in flight at once
-    assert cache.insert(first, "m", "1", [x], None) is not None
-    assert cache.insert(second, "m", "1", [x], None) is None  # Triton's ALREADY_EXISTS
+    assert _insert(cache, first, [x]) is not None
+    assert _insert(cache, second, [x]) is None  # Triton's ALREADY_EXISTS
     assert len(cache) == 1
