@@ -283,7 +283,9 @@ def _parser() -> argparse.ArgumentParser:
         help="a backend's setting (repeat): the python backend's shm-default-byte-size, shm-growth-byte-size, "
         "shm-region-prefix-name and stub-timeout-seconds, for models run in stub processes (Triton's python backend "
         "settings), and execution-mode ('in_process' or 'process': where python models without an EXECUTION_MODE "
-        f"parameter run); env {ENV_PREFIX}BACKEND_CONFIG, ';'-separated")
+        "parameter run); the onnxruntime backend's enable-global-threadpool, intra_op_thread_count and "
+        "inter_op_thread_count; default-max-batch-size=<n> (any backend, or one backend's) for auto-completed "
+        f"batching; env {ENV_PREFIX}BACKEND_CONFIG, ';'-separated")
     flag("cache-directory", defaults.cache_directory, "where Triton looks for cache libraries (the 'local' and "
          "'redis' caches are built in; another cache name fails, naming this folder)")
     flag("response-cache-byte-size", None, "DEPRECATED: --cache-config local,size=<bytes>", type=int)

@@ -22,7 +22,7 @@ from typing import Protocol
 from kserve_v2._proto import model_config_pb2 as mc
 from kserve_v2.backend.custom_metrics import CustomMetrics
 from kserve_v2.backend.local_calls import LocalCalls
-from kserve_v2.settings.backend_config import PythonBackendConfig
+from kserve_v2.settings.backend_config import BackendConfig
 from kserve_v2.settings.server import ModelLoadSettings
 
 
@@ -70,8 +70,9 @@ class BackendHost:
         calls: this server's inference and model control calls, for model code (business logic scripting
             and the model loading API, ``kserve_v2.backend.local_calls``); None: a host that serves no
             requests (the model loading API is refused).
-        python: the python backend's settings (``--backend-config=python,<setting>=<value>``: the shared
-            memory regions of models run in stub processes).
+        backend_config: the backends' settings (``--backend-config``: the python backend's shared memory
+            regions of models run in stub processes, the onnxruntime backend's thread pools, the
+            ``max_batch_size`` auto-complete gives: ``kserve_v2.settings.backend_config``).
         rate_limiter: the rate limiter every loaded version's instances share (``--rate-limit
             execution_count``); None: rate limiting is off (Triton's default).
         model_load: how the repository reads and loads models (``--model-config-name``,
@@ -80,6 +81,6 @@ class BackendHost:
 
     custom_metrics: CustomMetrics = field(default_factory=CustomMetrics)
     calls: LocalCalls | None = None
-    python: PythonBackendConfig = PythonBackendConfig()
+    backend_config: BackendConfig = BackendConfig()
     rate_limiter: RateLimiting | None = None
     model_load: ModelLoadSettings = ModelLoadSettings()

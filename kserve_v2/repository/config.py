@@ -5,8 +5,9 @@ Follows Triton (``model_configuration.md``, onnxruntime backend): ``config.pbtxt
 ``name`` defaults to the folder name; a configuration naming no backend takes the one its version
 folder's model file names (``model.onnx``, ``model.py``: ``complete_backend``, Triton's core);
 missing inputs and outputs come from the ONNX graph;
-``max_batch_size`` becomes 4 when the config declares no tensors and every graph tensor has a
-dynamic first dim; ``instance_group`` defaults to one instance per GPU, or two CPU instances.
+``max_batch_size`` becomes the backend's ``default-max-batch-size`` (``--backend-config``, Triton's
+default 4) when the config declares no tensors and every graph tensor has a dynamic first dim;
+``instance_group`` defaults to one instance per GPU, or two CPU instances.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kserve_v2.repository import layout
 from kserve_v2.scheduling.dynamic_batcher import queue_policy_problem
 from kserve_v2.scheduling.ragged import batch_input_names, config_problem as ragged_problem
 from kserve_v2.scheduling.sequence_config import reserved_names
+from kserve_v2.settings.backend_config import DEFAULT_MAX_BATCH_SIZE
 
 if TYPE_CHECKING:
     from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
@@ -35,7 +37,6 @@ CONFIG_FILE = "config.pbtxt"
 CONFIGS_FOLDER = "configs"  # Triton's --model-config-name: configs/<name>.pbtxt
 PLATFORM = "onnxruntime_onnx"
 ENSEMBLE = "ensemble"  # Triton's ensemble platform: steps run other models (kserve_v2.scheduling.ensemble)
-DEFAULT_MAX_BATCH_SIZE = 4
 DEFAULT_CPU_INSTANCES = 2
 # the backends that opt into DEFAULT_CPU_INSTANCES; every other backend's groups default to one instance
 # (Triton core's SetDefaultInstanceCount: "pytorch, OpenVINO ... have high overhead with multiple instances")
@@ -242,10 +243,11 @@ def complete_instances(config: mc.ModelConfig, gpus: int) -> None:
 
 
 def complete_tensors(config: mc.ModelConfig, inputs: Sequence[TensorDeclaration], outputs: Sequence[TensorDeclaration],
-                     batchable: bool = True) -> None:
+                     batchable: bool = True, default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE) -> None:
     """Fill max_batch_size, inputs and outputs the configuration leaves out, from the interface (in place).
 
-    ``batchable``: whether the backend lets auto-complete turn on batching (Triton's rule above),
+    ``batchable``: whether the backend lets auto-complete turn on batching (Triton's rule above, with
+    ``default_max_batch_size``: ``--backend-config`` ``default-max-batch-size``),
     and, as Triton's onnxruntime backend does, ``dynamic_batching {}`` when ``max_batch_size > 1``
     and no scheduler is configured. Overridable initializers are left out, as Triton's
     onnxruntime backend leaves them (a configuration may declare them as optional inputs).
@@ -253,7 +255,7 @@ def complete_tensors(config: mc.ModelConfig, inputs: Sequence[TensorDeclaration]
     inputs = [t for t in inputs if not t.overridable]
     if (batchable and not config.input and not config.output and config.max_batch_size == 0
             and _batchable(inputs, outputs)):
-        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
+        config.max_batch_size = default_max_batch_size
     if batchable and config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
         config.dynamic_batching.SetInParent()  # Triton's onnxruntime auto-complete turns the batcher on
     skip = 1 if config.max_batch_size > 0 else 0

@@ -104,7 +104,8 @@ def _open(found: backend.Backend, model_dir: Path, name: str, version: int, conf
     """
     executable = found.open_model(model_dir, version, config, host)
     if not completed:
-        cfg.complete_tensors(config, executable.inputs, executable.outputs, executable.batchable)
+        cfg.complete_tensors(config, executable.inputs, executable.outputs, executable.batchable,
+                             host.backend_config.default_max_batch_size_of(config.backend))
     # sequence controls are checked before the other tensors, as Triton's onnxruntime backend does
     sequence = (SequenceSettings.from_config(config, model_dir, executable.inputs, executable.outputs)
                 if config.HasField("sequence_batching") else None)

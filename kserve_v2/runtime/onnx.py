@@ -1,10 +1,11 @@
 """The built-in ``onnxruntime`` backend: ONNX Runtime sessions, and the model they execute.
 
 Session options follow Triton's onnxruntime backend (``config.pbtxt`` ``parameters`` and
-``optimization.graph.level``); each instance that ``runtime.placement.plan`` places on a GPU has a
-session on ONNX Runtime's CUDA execution provider, on its GPU, and the CPU instances share one. ``run``
-blocks and must be called off the event loop. ``BACKEND`` is what ``kserve_v2.backend.find``
-returns for ``backend: "onnxruntime"``: it opens ``<version>/model.onnx`` (or the configured
+``optimization.graph.level``; its ``--backend-config=onnxruntime,...`` thread pools: ``initialize``);
+each instance that ``runtime.placement.plan`` places on a GPU has a session on ONNX Runtime's CUDA
+execution provider, on its GPU, and the CPU instances share one. ``run`` blocks and must be called
+off the event loop. ``BACKEND`` is what ``kserve_v2.backend.find`` returns for ``backend:
+"onnxruntime"``: it opens ``<version>/model.onnx`` (or the configured
 ``default_model_filename``, which must stay inside the model folder) as an ``OnnxModel``.
 """
 
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import threading
 from collections.abc import Mapping, Sequence
+from functools import cache
 from pathlib import Path
 from queue import SimpleQueue
 
@@ -20,7 +23,7 @@ import numpy as np
 import onnxruntime as ort
 
 from kserve_v2._proto import model_config_pb2 as mc
-from kserve_v2.backend import NO_CONTEXT, Backend, BatchStrategy, Execution, Parameter, RequestContext
+from kserve_v2.backend import NO_CONTEXT, Backend, BackendHost, BatchStrategy, Execution, Parameter, RequestContext
 from kserve_v2.backend.cancellation import current
 from kserve_v2.backend.text import TextContract
 from kserve_v2.protocol import datatypes
@@ -30,6 +33,7 @@ from kserve_v2.protocol.model_spec import TensorDeclaration
 from kserve_v2.runtime.device import CPU_EP, CUDA_EP, OPENVINO, OPENVINO_EP, cuda_device_count
 from kserve_v2.backend.instance_groups import KIND_GPU, Instance
 from kserve_v2.runtime.placement import cuda_parameters, cuda_provider_options, no_cuda_reason, plan
+from kserve_v2.settings.backend_config import OnnxRuntimeBackendConfig
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +45,72 @@ _BF16_ONNX_ELEMENT_TYPE = 16
 # ORT statuses a kernel returns for values it cannot work on (the request's fault, not the server's)
 _VALUE_ERRORS = (ort.capi.onnxruntime_pybind11_state.InvalidArgument,
                  ort.capi.onnxruntime_pybind11_state.RuntimeException)
+THREAD_PARAMETERS = ("intra_op_thread_count", "inter_op_thread_count")
+# ONNX Runtime's global thread pools of this process (intra-op, inter-op threads), once made: its
+# environment is process-wide, and once made they cannot be replaced ("Global thread pools have
+# already been created, cannot replace them"); None: every session has pools of its own
+_global_pools: tuple[int, int] | None = None
+_global_pools_lock = threading.Lock()
+
+
+def initialize(settings: OnnxRuntimeBackendConfig) -> None:
+    """Act on the onnxruntime backend's ``--backend-config`` thread settings before a model's
+    sessions open (Triton's onnxruntime backend does so once, in ``OnnxLoader::Init``).
+
+    ``enable-global-threadpool``: the first call makes ONNX Runtime's global thread pools, of
+    ``intra_op_thread_count`` and ``inter_op_thread_count`` threads (0: ONNX Runtime's default),
+    and every session opened after it runs on them (``session_options``), the text backends'
+    included; a model's own thread count parameters then have no effect, as in Triton. ONNX
+    Runtime's environment is process-wide: so are the pools, and a python model run in the
+    server's process that opens sessions of its own must set ``use_per_session_threads = False``.
+    Without it the two thread counts have no effect, as in Triton (a model's ``parameters`` set
+    its sessions' threads): that is logged once.
+
+    Raises:
+        ValueError: an ONNX Runtime whose Python API cannot make global thread pools
+            (``onnxruntime.set_global_thread_pool_sizes``: older releases have none); global pools this
+            process already made with other sizes (another server in the same process). The
+            model's load fails with this reason.
+    """
+    global _global_pools
+    sizes = (settings.intra_op_thread_count, settings.inter_op_thread_count)
+    if not settings.enable_global_threadpool:
+        if any(sizes):
+            _warn_once("--backend-config=onnxruntime,intra_op_thread_count / inter_op_thread_count size the global "
+                       "thread pools and have no effect without enable-global-threadpool=1 (as in Triton); a "
+                       "model's parameters intra_op_thread_count and inter_op_thread_count set its sessions' threads")
+        return
+    with _global_pools_lock:
+        if _global_pools == sizes:
+            return
+        if _global_pools is not None:
+            raise ValueError(f"ONNX Runtime's global thread pools of this process have {_global_pools[0]} intra-op and "
+                             f"{_global_pools[1]} inter-op threads; they cannot be replaced with {sizes[0]} and {sizes[1]}")
+        make = getattr(ort, "set_global_thread_pool_sizes", None)
+        if make is None:
+            raise ValueError(f"--backend-config=onnxruntime,enable-global-threadpool=1 needs ONNX Runtime's global thread "
+                             f"pools, which the Python API of ONNX Runtime {ort.__version__} cannot make "
+                             "(onnxruntime.set_global_thread_pool_sizes)")
+        make(*sizes)
+        _global_pools = sizes
+        log.info("onnxruntime backend: every session runs on ONNX Runtime's global thread pools: %d intra-op and "
+                 "%d inter-op threads (0: ONNX Runtime's default)", *sizes)
+
+
+@cache
+def _warn_once(text: str) -> None:
+    log.warning(text)
 
 
 def session_options(parameters: Mapping[str, str], graph_level: int, spinning: bool = False) -> ort.SessionOptions:
     """Build ORT session options from config parameters (Triton's onnxruntime backend names).
 
-    Recognised: ``intra_op_thread_count``, ``inter_op_thread_count``, ``execution_mode``
-    (0 sequential, 1 parallel), ``enable_mem_arena``, ``enable_mem_pattern``, and our
-    ``allow_spinning`` (default: ``spinning``); others are ignored, as Triton does.
-    ``graph_level``: -1 basic, 1 extended, else all.
+    Recognised: ``intra_op_thread_count``, ``inter_op_thread_count`` (``THREAD_PARAMETERS``),
+    ``execution_mode`` (0 sequential, 1 parallel), ``enable_mem_arena``, ``enable_mem_pattern``, and
+    our ``allow_spinning`` (default: ``spinning``); others are ignored, as Triton does.
+    ``graph_level``: -1 basic, 1 extended, else all. Once this process has ONNX Runtime's global
+    thread pools (``initialize``), the session runs on them (``use_per_session_threads`` false) and
+    the thread counts are not read, as Triton's backend disables per-session threads.
 
     Raises:
         ValueError: a recognised parameter with a non-integer value.
@@ -57,10 +118,13 @@ def session_options(parameters: Mapping[str, str], graph_level: int, spinning: b
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.graph_optimization_level = _GRAPH_LEVELS.get(graph_level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
-    if "intra_op_thread_count" in parameters:
-        options.intra_op_num_threads = int(parameters["intra_op_thread_count"])
-    if "inter_op_thread_count" in parameters:
-        options.inter_op_num_threads = int(parameters["inter_op_thread_count"])
+    if _global_pools is not None:
+        options.use_per_session_threads = False
+    else:
+        if "intra_op_thread_count" in parameters:
+            options.intra_op_num_threads = int(parameters["intra_op_thread_count"])
+        if "inter_op_thread_count" in parameters:
+            options.inter_op_num_threads = int(parameters["inter_op_thread_count"])
     if int(parameters.get("execution_mode", "0")) == 1:
         options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
     options.enable_cpu_mem_arena = bool(int(parameters.get("enable_mem_arena", "1")))
@@ -124,6 +188,9 @@ def _open_sessions(path: Path, config: mc.ModelConfig, spinning: bool, placement
     if cpu_gpus := [group.name for group in config.instance_group if group.kind != KIND_GPU and group.gpus]:
         log.warning("model '%s': config field 'instance_group.gpus' has no effect on KIND_CPU instance group(s) "
                     "%s: their instances run on the CPU", config.name, cpu_gpus)
+    if _global_pools is not None and (keys := [key for key in THREAD_PARAMETERS if key in parameters]):
+        log.warning("model '%s': parameters %s have no effect: its sessions run on ONNX Runtime's global thread pools "
+                    "(--backend-config=onnxruntime,enable-global-threadpool=1)", config.name, keys)
     if (keys := cuda_parameters(parameters)) and not any(placed.on_gpu for placed in placements):
         log.warning("model '%s': parameters %s have no effect: %s, so the model runs on the CPU", config.name,
                     keys, no_cuda_reason(CUDA_EP in ort.get_available_providers(), gpus))
@@ -320,15 +387,17 @@ class OnnxModel:
         """Nothing to do: the sessions go with the last reference to the model."""
 
 
-def open_onnx(model_dir: Path, version: int, config: mc.ModelConfig) -> OnnxModel:
-    """Open ``<model_dir>/<version>/<default_model_filename>`` (a file, or a folder with model.onnx).
+def open_onnx(model_dir: Path, version: int, config: mc.ModelConfig, host: BackendHost) -> OnnxModel:
+    """Open ``<model_dir>/<version>/<default_model_filename>`` (a file, or a folder with model.onnx),
+    after ``initialize`` with the onnxruntime settings of ``host``, the server that loads it.
 
     A configured file name must resolve (symlinks too) inside the model folder.
 
     Raises:
-        FileNotFoundError: no model file; ValueError: a configured name leaving the folder;
-            anything ORT raises for an invalid model.
+        FileNotFoundError: no model file; ValueError: a configured name leaving the folder, the
+            global thread pools refused (``initialize``); anything ORT raises for an invalid model.
     """
+    initialize(host.backend_config.onnxruntime)
     relative = Path(str(version), config.default_model_filename or "model.onnx")
     path = model_dir / relative
     if config.default_model_filename:

@@ -7,5 +7,5 @@ by ``kserve_v2.repository.config``, not here.
 - ``restrictions``: ``--grpc-restricted-protocol`` / ``--http-restricted-api``: the restricted API groups.
 - ``cache_config``: ``--cache-config``, ``--cache-directory``, ``--response-cache-byte-size``.
 - ``rate_limit``: ``--rate-limit``, ``--rate-limit-resource``.
-- ``backend_config``: ``--backend-config``: the python backend's shared memory settings.
+- ``backend_config``: ``--backend-config``: the backends' settings (python, onnxruntime, default-max-batch-size).
 """

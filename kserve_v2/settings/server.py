@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-from kserve_v2.settings.backend_config import PythonBackendConfig
+from kserve_v2.settings.backend_config import BackendConfig
 from kserve_v2.settings.cache_config import DEFAULT_DIRECTORY, CacheConfig
 from kserve_v2.settings.metrics_config import MetricsConfig
 from kserve_v2.settings.rate_limit import RATE_LIMIT_MODES, RateLimitMode, RateLimitResource
@@ -217,7 +217,7 @@ class Settings:
     rate_limit_resources: tuple[RateLimitResource, ...] = ()  # Triton's --rate-limit-resource, repeated
     cache_config: CacheConfig | None = None  # Triton's --cache-config (kserve_v2.service.response_cache); None: off
     cache_directory: str = DEFAULT_DIRECTORY  # Triton's --cache-directory (only named in errors: 'local' is built in)
-    backend_config: PythonBackendConfig = PythonBackendConfig()  # Triton's --backend-config=python,<setting>=<value>
+    backend_config: BackendConfig = BackendConfig()  # Triton's --backend-config=[<backend>,]<setting>=<value>
     exit_timeout_secs: int = 30
     event_loop: EventLoop = "uvloop"
     log_verbose: int = 0

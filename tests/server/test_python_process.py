@@ -469,7 +469,7 @@ def _info(server: Server) -> str:
 
 def test_an_unknown_backend_config_is_refused(tmp_path: Path) -> None:
     (tmp_path / "models").mkdir()
-    for flag, text in (("onnxruntime,x=1", "backend 'onnxruntime' has no settings here"),
+    for flag, text in (("tensorrt,x=1", "backend 'tensorrt' has no settings here"),
                        ("python,thread-pool-size=4", "python setting 'thread-pool-size' is not supported"),
                        ("python,shm-default-byte-size=1000", "shm-default-byte-size can't be smaller than 4 MiBs")):
         with pytest.raises(RuntimeError) as raised:

@@ -75,7 +75,7 @@ def open_python(model_dir: Path, version: int, config: mc.ModelConfig, host: Bac
     if (model_dir / CUSTOM_STUB).exists():
         raise ValueError(f"model '{config.name}': a custom python backend stub is not supported: the stub is this "
                          "server's own (kserve_v2.runtime.python.stub)")
-    in_process = execution_mode(config, host.python.execution_mode) == IN_PROCESS
+    in_process = execution_mode(config, host.backend_config.python.execution_mode) == IN_PROCESS
     force_cpu = config.parameters.get(FORCE_CPU_ONLY_INPUT_TENSORS)
     if force_cpu is not None and force_cpu.string_value.lower() == "no":
         log.warning("model '%s': %s 'no' has no effect: this server's python backend gives models their input "

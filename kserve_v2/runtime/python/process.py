@@ -9,7 +9,7 @@ proxy whose ``initialize``, ``execute`` and ``finalize`` run in its stub process
 (``kserve_v2.runtime.python.stub``), so ``PythonModel`` batches, answers, counts and reports errors
 as it does for in-process instances. Tensors travel through the instance's shared memory region
 (``kserve_v2.runtime.python.shm``) with the sizes of Triton's ``--backend-config=python,...``
-settings (the server's ``BackendHost.python``); the server copies the outputs out of it. The two
+settings (the server's ``BackendHost.backend_config.python``); the server copies the outputs out of it. The two
 sides talk through ``protocol.Link``: typed, numbered calls both ways, each answered by its reply.
 A response the model sends through a request's sender, also from a thread after ``execute``
 returned (a decoupled model's usual way), reaches the server's sender of that request, whose errors
@@ -98,7 +98,7 @@ class ProcessInstance:
         with _regions_lock:
             number = next(_regions)
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", model_name)
-        python = host.python
+        python = host.backend_config.python
         self._sizes = Sizes(python.shm_default_byte_size, python.shm_growth_byte_size, python.shm_region_prefix_name)
         self._region = Region(f"{self._sizes.prefix}{safe}_{os.getpid()}_{number}", self._sizes.default_byte_size,
                               create=True)

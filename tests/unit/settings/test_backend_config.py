@@ -10,20 +10,20 @@ from kserve_v2.settings.backend_config import PythonBackendConfig, parse_backend
 
 
 def test_defaults_are_tritons() -> None:
-    assert parse_backend_config(()) == PythonBackendConfig(1 << 20, 1 << 20, "triton_python_backend_shm_region_", 30,
-                                                           "in_process")
+    assert parse_backend_config(()).python == PythonBackendConfig(1 << 20, 1 << 20, "triton_python_backend_shm_region_",
+                                                                  30, "in_process")
 
 
 def test_the_python_settings_are_read() -> None:
     config = parse_backend_config(["python,shm-default-byte-size=4194304", "python,shm-growth-byte-size=65536",
                                    "python,shm-region-prefix-name=mine_", "python,stub-timeout-seconds=5",
                                    "python,execution-mode=process"])
-    assert config == PythonBackendConfig(4 << 20, 65536, "mine_", 5, "process")
+    assert config.python == PythonBackendConfig(4 << 20, 65536, "mine_", 5, "process")
 
 
 @pytest.mark.parametrize(("value", "text"), [
     ("python", "--backend-config option format is '<backend name>,<setting>=<value>'. Got python"),
-    ("onnxruntime,enable-global-threadpool=1", "backend 'onnxruntime' has no settings here"),
+    ("tensorrt,coalesce-request-input=1", "backend 'tensorrt' has no settings here"),
     ("python,shm_message_queue_size=30", "python setting 'shm_message_queue_size' is not supported"),
     ("python,stub-timeout-seconds=0", "stub-timeout-seconds can't be smaller than or equal to zero."),
     ("python,stub-timeout-seconds=soon", "python setting 'stub-timeout-seconds' must be an integer, got 'soon'"),
