@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 BODY = json.dumps({"inputs": [
@@ -46,7 +48,6 @@ IDENTITY_ELEMENTS = 4 << 20  # 16 MiB of FP32
 
 async def _measure(source: Path, requests: int) -> dict[str, float]:
     """µs of CPU per call of each path, with the code of ``source`` (already first on sys.path)."""
-    import numpy as np
     from ceiling_rest import application, prepared
     from prometheus_client import CollectorRegistry
 
@@ -70,14 +71,7 @@ async def _measure(source: Path, requests: int) -> dict[str, float]:
     service = InferenceService(manager, state, "in-process", "explicit", InferenceMetrics(registry))
     app = build_app(service, 64 << 20, registry)
 
-    message = pb.ModelInferRequest(model_name="simple")
-    message.parameters["triton_enable_empty_final_response"].bool_param = True  # as perf_analyzer sends
-    for name, data in (("INPUT0", np.arange(16, dtype="<i4")), ("INPUT1", np.ones(16, "<i4"))):
-        message.inputs.add(name=name, datatype="INT32", shape=[1, 16])
-        message.raw_input_contents.append(data.tobytes())
-    for name in ("OUTPUT0", "OUTPUT1"):
-        message.outputs.add(name=name)
-    wire = message.SerializeToString()
+    wire = perf_analyzer_request(pb)
 
     handler = _model_infer_handler(servicer_module, pb_grpc, service)
     deserialize = handler.request_deserializer or (lambda data: data)  # none: the handler takes bytes
@@ -124,6 +118,19 @@ async def _measure(source: Path, requests: int) -> dict[str, float]:
     if set(statuses) != {200}:
         raise SystemExit(f"REST answered {sorted(set(statuses))}, not 200")
     return results
+
+
+def perf_analyzer_request(pb: Any, model: str = "simple") -> bytes:
+    """The ModelInferRequest perf_analyzer sends to ``simple`` (or a model with its interface),
+    serialized with ``pb`` (a checkout's ``grpc_service_pb2``)."""
+    message = pb.ModelInferRequest(model_name=model)
+    message.parameters["triton_enable_empty_final_response"].bool_param = True  # as perf_analyzer sends
+    for name, data in (("INPUT0", np.arange(16, dtype="<i4")), ("INPUT1", np.ones(16, "<i4"))):
+        message.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+        message.raw_input_contents.append(data.tobytes())
+    for name in ("OUTPUT0", "OUTPUT1"):
+        message.outputs.add(name=name)
+    return bytes(message.SerializeToString())
 
 
 async def _post(app: Any, headers: list[tuple[bytes, bytes]], statuses: list[object]) -> None:
