@@ -36,7 +36,7 @@ from kserve_v2.repository.config import config_file
 from kserve_v2.repository.overrides import (KeptConfig, LoadOverrides, OverrideError, parse_config_override,
                                             parse_load_parameters, poll_failure, write_private_folder)
 from kserve_v2.protocol.model_spec import ModelSpec
-from kserve_v2.repository.records import ModelRecord, ModelRecords, VersionStatus
+from kserve_v2.repository.records import UNLOADED, ModelRecord, ModelRecords, VersionStatus
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +112,11 @@ class ModelManager(ModelRecords):
     async def load(self, name: str, overrides: LoadOverrides | None = None, _chain: tuple[str, ...] = ()) -> None:
         """Load ``name``, or reload it when loaded.
 
-        A reload keeps every READY version serving until its replacement is READY; a version
-        whose new load fails keeps serving the old one. Replaced and dropped versions unload in
-        the background once their in-flight requests finish. An ensemble first loads its
+        A reload keeps every READY version serving until its replacement is READY. A load is
+        all or nothing, as Triton's (``ModelLifeCycle::OnLoadComplete``): when a version fails to
+        load, the versions this load did load are released and the versions that served go on
+        serving, a version the policy no longer names included. Replaced and dropped versions
+        unload in the background once their in-flight requests finish. An ensemble first loads its
         composing models that are not READY (as Triton does), then checks its steps against them.
 
         Raises:
@@ -272,14 +274,19 @@ class ModelManager(ModelRecords):
         return dirs[0]
 
     def _apply(self, record: ModelRecord, result: LoadResult) -> str:
-        """Swap a load's outcome into the record; returns the failure reason when nothing new is READY."""
+        """Swap a load's outcome into the record; returns the failure reason when the load failed."""
         old = record.versions
         serving = {v: s for v, s in old.items() if s.state is State.READY and s.model is not None}
+        if result.failed and not result.error:  # all or nothing: what served goes on serving
+            for model in result.loaded.values():
+                self._retire(model)
+            failed = {v: VersionStatus(State.UNAVAILABLE, reason) for v, reason in result.failed.items()}
+            record.versions = {**old, **failed, **serving}
+            self._on_change()
+            return "; ".join(result.failed.values())
         new: dict[int, VersionStatus] = {}
         for version, model in result.loaded.items():
             new[version] = VersionStatus(State.READY, "", model)
-        for version, reason in result.failed.items():
-            new[version] = serving.get(version) or VersionStatus(State.UNAVAILABLE, reason)
         if result.error:
             if serving:  # a failed reload keeps what serves
                 new = dict(serving)
@@ -295,12 +302,10 @@ class ModelManager(ModelRecords):
                 self._retire(status.model)
         for version, status in old.items():
             if version not in new and status.state is State.READY:
-                new[version] = VersionStatus(State.UNAVAILABLE, "unloaded")
+                new[version] = VersionStatus(State.UNAVAILABLE, UNLOADED)
         record.versions = new
         self._on_change()
-        if result.error:
-            return result.error
-        return "" if result.loaded else "; ".join(result.failed.values())
+        return result.error
 
     async def unload(self, name: str) -> None:
         """Unload every version of ``name``: drain in-flight requests, then free the sessions.
@@ -326,7 +331,7 @@ class ModelManager(ModelRecords):
             for model in models:
                 await self._close(model)
             for status in record.versions.values():
-                status.state, status.reason, status.model = State.UNAVAILABLE, "unloaded", None
+                status.state, status.reason, status.model = State.UNAVAILABLE, UNLOADED, None
             self._on_change()
             log.info("unloaded model '%s' in %.1f ms (RSS %+.1f MiB)", name,
                      (time.perf_counter() - started) * 1000, (_rss_bytes() - rss_before) / 2**20)

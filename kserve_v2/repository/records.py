@@ -24,6 +24,7 @@ from kserve_v2.repository.overrides import KeptConfig
 from kserve_v2.scheduling import ensemble
 
 DUPLICATE_REASON = "model appears in two or more repositories"  # Triton's RepositoryIndex reason
+UNLOADED = "unloaded"  # the reason of a version unloaded (on request, or replaced), as Triton's index gives it
 
 @dataclass
 class VersionStatus:
@@ -89,14 +90,16 @@ class ModelRecords:
         return sorted(layout.model_dirs(self._repositories))
 
     def startup_models_ready(self) -> bool:
-        """True when every model loaded at start is READY (models loaded on demand later do not count)."""
+        """True when every model loaded at start is READY (models loaded on demand later do not count):
+        each of its versions READY, or UNAVAILABLE because it was unloaded (a version a new one
+        replaced), as Triton's strict readiness counts them (``InferenceServer::IsReady``)."""
         if not self._startup:
             return self._ready_when_empty
         for name in self._startup:
             record = self._records.get(name)
             if record is None or record.error or not record.versions:
                 return False
-            if any(s.state is not State.READY for s in record.versions.values()):
+            if any(s.state is not State.READY and s.reason != UNLOADED for s in record.versions.values()):
                 return False
         return True
 

@@ -264,6 +264,44 @@ def test_poll_mode_follows_the_repository(repository: Path, tmp_path: Path) -> N
         assert server.stop() == 0
 
 
+def test_poll_mode_new_and_broken_versions_as_triton(tmp_path: Path) -> None:
+    """A version a new one replaced counts as unloaded (the server stays ready, strict readiness); a
+    version that fails to load leaves what serves serving (Triton's all-or-nothing load) and, as in
+    Triton's strict readiness, the server unready until it is fixed (found by the fleet drill)."""
+    repository = tmp_path / "repo"
+    add_model(repository, "scale", scale_model(2.0))
+    server = start_server(repository, tmp_path / "logs", "--model-control-mode", "poll", "--repository-poll-secs", "0.5")
+
+    def wait(condition, what: str) -> None:
+        deadline = time.monotonic() + 15
+        while not condition():
+            assert time.monotonic() < deadline, f"{what}:\n{server.log()[-3000:]}"
+            time.sleep(0.05)
+
+    try:
+        with grpcclient.InferenceServerClient(server.url) as client:
+            def rows() -> dict[str, tuple[str, str]]:
+                return {m.version: (m.state, m.reason) for m in client.get_model_repository_index().models}
+
+            assert client.is_server_ready()
+            add_model(repository, "scale", scale_model(6.0), versions=(2,))
+            wait(lambda: client.is_model_ready("scale", "2"), "version 2 loaded")
+            assert infer(client, "scale")[0, 0] == 6.0 and not client.is_model_ready("scale", "1")
+            assert rows()["1"] == ("UNAVAILABLE", "unloaded") and client.is_server_ready()
+            add_model(repository, "scale", b"not onnx", versions=(3,))
+            wait(lambda: "3" in rows(), "the broken version 3 tried")
+            state, reason = rows()["3"]
+            assert state == "UNAVAILABLE" and "INVALID_PROTOBUF" in reason
+            assert client.is_model_ready("scale", "2") and infer(client, "scale")[0, 0] == 6.0
+            assert not client.is_server_ready()  # Triton: a version UNAVAILABLE for another reason than an unload
+            import shutil
+            shutil.rmtree(repository / "scale" / "3")
+            wait(client.is_server_ready, "ready again once the broken version is gone")
+            assert infer(client, "scale")[0, 0] == 6.0 and "3" not in rows()
+    finally:
+        assert server.stop() == 0
+
+
 def test_load_unload_storm_leaves_other_models_alone(explicit) -> None:
     server, client = explicit
     failures: list[str] = []

@@ -202,7 +202,8 @@ def test_a_changed_folder_or_a_file_override_ends_the_kept_config(lifecycle_serv
         with pytest.raises(InferenceServerException) as err:  # config.pbtxt again: versions 1 and 3
             client.load_model(LIFECYCLE_MODEL)
         assert f"load failed for model '{LIFECYCLE_MODEL}'" in err.value.message()
-        assert not client.is_model_ready(LIFECYCLE_MODEL, "2")
+        # a load is all or nothing (Triton's ModelLifeCycle): version 2 serves on after the failed one
+        assert _ready(client) == (False, True, False)
         model = _float_add_sub().SerializeToString()
         client.load_model(LIFECYCLE_MODEL, config='{"max_batch_size": 2}', files={"file:1/model.onnx": model})
         assert client.get_model_config(LIFECYCLE_MODEL).config.max_batch_size == 2
