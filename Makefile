@@ -6,7 +6,7 @@ SHARED ?= ../shared
 REPO ?= examples/model_repository
 PROTO_OUT := kserve_v2/_proto
 
-.PHONY: venv openvino azurite browser proto examples models serve test unit fuzz bench bench-smoke clean
+.PHONY: venv openvino azurite browser redis proto examples models serve test unit fuzz bench bench-smoke clean
 
 # One environment holds the server, the code generator and the test clients (tritonclient).
 $(BIN)/kserve-v2: pyproject.toml constraints.txt
@@ -42,6 +42,14 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
+# Redis (Debian's redis-server) for tests/server/test_redis_cache.py, which starts its own on a free port; the
+# service the package starts is stopped again.
+redis:
+	@command -v redis-server >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server >/dev/null; \
+	  $$SUDO service redis-server stop >/dev/null 2>&1 || true; }
+
 # Regenerate the gRPC modules; protos/ is mapped onto the package path so imports stay package-qualified.
 proto: venv
 	$(BIN)/python -m grpc_tools.protoc -I$(PROTO_OUT)=protos \
@@ -59,7 +67,7 @@ models: venv
 serve: venv
 	$(BIN)/kserve-v2 serve --model-repository $(REPO)
 
-test: venv openvino azurite browser
+test: venv openvino azurite browser redis
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The unit layer alone (no server, no tritonclient), in seconds; `make test` runs it too.
@@ -92,6 +100,15 @@ bench: venv openvino
 .PHONY: image-check
 image-check: venv
 	$(BIN)/python tests/deploy/image_check.py $(IMAGE_CHECK_ARGS)
+
+# Three replicas of the runtime image (as KServe runs it, poll mode on one s3:// repository served by moto)
+# behind HAProxy, under a steady tritonclient load: rolling restarts, model updates, a broken version, a
+# bucket outage, a SIGKILLed replica and python stub, a soak (tests/deploy/fleet_drill.py; docs/deploy.md,
+# "Fleet drill"). Needs root, podman and haproxy (deploy/docker/fleet_host.sh installs them). About 20
+# minutes; FLEET_DRILL_ARGS=--short is CI's form (a 2-minute soak, under 10 minutes).
+.PHONY: fleet-drill
+fleet-drill: venv
+	$(BIN)/python tests/deploy/fleet_drill.py $(FLEET_DRILL_ARGS)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -100,6 +100,11 @@ def free_port() -> int:
         return port
 
 
+def dangling() -> set[str]:
+    """The ids of podman's dangling images now (build stages, images whose tag a later build took)."""
+    return set(podman("images", "--quiet", "--no-trunc", "--filter=dangling=true").stdout.split())
+
+
 def build_context(target: Path) -> Path:
     """A copy of the files git tracks or would track (what a fresh clone has, plus new files), as the build context."""
     listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -498,7 +503,7 @@ def main() -> int:
         print(f"image-check: {line}", flush=True)
         lines.append(line)
 
-    dangling_before = set(podman("images", "--quiet", "--no-trunc", "--filter=dangling=true").stdout.split())
+    dangling_before = dangling()
     built: list[Built] = []
     try:
         base_start = time.monotonic()
@@ -528,9 +533,9 @@ def main() -> int:
     finally:
         if not options.keep:
             podman("rmi", "--force", *(image.name for image in built), check_rc=False)
-        dangling = set(podman("images", "--quiet", "--no-trunc", "--filter=dangling=true").stdout.split())
-        if dangling - dangling_before:  # the build stages of this run (and images this run's tags replaced)
-            podman("rmi", "--force", *(dangling - dangling_before), check_rc=False)
+        left = dangling() - dangling_before
+        if left:  # the build stages of this run (and images this run's tags replaced)
+            podman("rmi", "--force", *left, check_rc=False)
     report(f"passed in {time.monotonic() - started:.0f} s")
     return 0
 
