@@ -29,9 +29,11 @@ def test_serving_runtime_runs_as_the_kubelet_runs_it(tmp_path: Path) -> None:
             f"--volume={tmp_path}:/mnt/models:ro", "--publish=127.0.0.1:18081:8081"} <= set(flags)
     assert any(f.startswith("--tmpfs=/tmp:") for f in flags)
     assert "--model-repository=/mnt/models" in container["args"] and "--log-format=json" in container["args"]
-    # the pod's grace period (Kubernetes' default here) leaves the server's drain time to finish
+    # the pod's grace period (Kubernetes' default here), which counts from the preStop pause's start, leaves the
+    # server's drain time to finish
     exit_timeout = next(int(a.split("=")[1]) for a in container["args"] if a.startswith("--exit-timeout-secs="))
-    assert grace >= exit_timeout
+    pre_stop = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[0] == "sleep" and grace > int(pre_stop[1]) + exit_timeout
 
 
 def test_scripts_ci_runs_are_executable() -> None:
