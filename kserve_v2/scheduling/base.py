@@ -144,15 +144,16 @@ def model_time(execution: Execution, started_ns: int, finished_ns: int) -> int:
 
 
 def run_inline(pool: InstancePool, size: int, feeds: Feeds, output_names: Sequence[str],
-               parameters: Mapping[str, Parameter], context: RequestContext) -> Outcome | None:
+               parameters: Mapping[str, Parameter], context: RequestContext, submitted_ns: int) -> Outcome | None:
     """The fast path both schedulers share: a request whose execution ``pool`` measured to be tiny
     (``InstancePool.runs_inline``, with ``size`` bytes of inputs) runs alone, here on the event loop;
-    its outcome (queue_ns 0), or None when it must go the ordinary way."""
+    its outcome (its queue time: from ``submitted_ns``, when the scheduler took it, to the execution's
+    start, ``time.perf_counter_ns``), or None when it must go the ordinary way."""
     if not pool.runs_inline(size):
         return None
     executable = pool.executable
     execution, started, finished = pool.inline(lambda: executable.execute(feeds, output_names, parameters, context))
-    return execution, 0, model_time(execution, started, finished)
+    return execution, started - submitted_ns, model_time(execution, started, finished)
 
 
 class DirectScheduler:
@@ -169,12 +170,12 @@ class DirectScheduler:
     async def submit(self, feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter],
                      batch_size: int, context: RequestContext = NO_CONTEXT) -> Outcome:
         """See ``Scheduler.submit``."""
+        submitted = time.perf_counter_ns()
         pool, size = self._pool, nbytes(feeds)
-        outcome = run_inline(pool, size, feeds, output_names, parameters, context)
+        outcome = run_inline(pool, size, feeds, output_names, parameters, context, submitted)
         if outcome is not None:
             return outcome
         executable = pool.executable
-        submitted = time.perf_counter_ns()
         execution, started, finished = await pool.run(
             lambda: executable.execute(feeds, output_names, parameters, context), size)
         return execution, started - submitted, model_time(execution, started, finished)

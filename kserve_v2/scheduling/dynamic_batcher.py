@@ -112,11 +112,12 @@ class DynamicBatcher:
             Unavailable: it waited longer than its timeout under ``REJECT`` -> UNAVAILABLE / 503.
             Whatever the batch's execution raised.
         """
+        submitted = time.perf_counter_ns()
         priority = request_priority(parameters)
         timeout_us = request_timeout_us(parameters)
         fast = self._fast
-        if (fast is not None and self.forms_batch_of_one() and not self._dispatched
-                and (outcome := run_inline(fast, nbytes(feeds), feeds, output_names, parameters, context)) is not None):
+        if (fast is not None and self.forms_batch_of_one() and not self._dispatched and (outcome := run_inline(
+                fast, nbytes(feeds), feeds, output_names, parameters, context, submitted)) is not None):
             return outcome
         if self._items is not None:
             batch_size = self._items(feeds, batch_size)
