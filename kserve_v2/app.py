@@ -15,6 +15,7 @@ does (SERVING from start until shutdown begins): a liveness probe names ``live``
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import time
@@ -281,6 +282,12 @@ class App:
                       "ready, answering health and metadata", self.state.failure)
             return
         names = self._startup_names()
+        # What exists now (imported modules, settings, the server itself) lives as long as the process: out of
+        # the collector's sight, a full collection (one per retired model version, and Python's own generation-2
+        # passes) scans only what came after, 0.4 ms instead of 40-60 ms of a stalled event loop per reload.
+        # Models load after this, so that the cycles of a version that is unloaded are still collected.
+        gc.collect()
+        gc.freeze()
         await self.manager.load_startup_models(names, self.settings.model_load_thread_count)
         if names and self.settings.exit_on_error and not self.manager.startup_models_ready():
             # Triton's text ("error: creating server: Internal - failed to load all models"); each model's

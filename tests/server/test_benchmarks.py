@@ -90,6 +90,20 @@ def test_storm_harness_prints_its_table() -> None:
     assert "server alive: True" in done.stdout
 
 
+def test_reload_stall_harness_prints_its_table() -> None:
+    """benchmarks/reload_stall.py --smoke: a row for this server with both phases' requests counted and the slowest
+    request of each of the 2 reload windows (every new version loaded: the windows are not empty)."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "reload_stall.py"), "--smoke"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    [row] = [line for line in done.stdout.splitlines() if line.startswith("| ours")]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    steady, reloads = (int(n) for n in cells[1].split(" + "))
+    assert steady > 0 and reloads > 0, row
+    windows = cells[4].split()
+    assert len(windows) == 2 and all(int(w) > 0 for w in windows), row
+
+
 def test_workers_harness_prints_its_table() -> None:
     """benchmarks/workers.py --smoke: ours with 1 and 2 workers and the ceilings with 1 and 2 processes in
     every row (Triton only when its environment is cached), the footprint of each worker count, and a
