@@ -301,7 +301,6 @@ class Link:
         self._numbers = itertools.count()
         self._closed = False
         self._server: threading.Thread | None = None
-        self._reader: int | None = None  # the thread that reads now (its ident)
 
     def serve(self, handle: Handler) -> None:
         """Hand each incoming call to ``handle(number, message)`` on a thread of the link's until it closes;
@@ -408,10 +407,6 @@ class Link:
         if wait and self._server is not None:
             self._server.join(wait)
 
-    def reading_here(self) -> bool:
-        """Whether this thread reads the link now (code it runs meanwhile, such as a ``__del__``, must not call)."""
-        return self._reader == threading.get_ident()
-
     def _post(self, frame: tuple[int, Message] | Reply) -> bool:
         """Send one frame; False when the connection is closed. Plain pickles: ``Connection.send``'s
         pickler copies the copyreg table at each message."""
@@ -452,13 +447,6 @@ class Link:
     def _read(self, done: Callable[[], bool], deadline: float | None) -> bool:
         """As the reader, take frames until ``done()``, handing each to the thread that waits for it, then pass
         the role on; False when ``deadline`` (``time.monotonic``) came first."""
-        self._reader = threading.get_ident()
-        try:
-            return self._frames(done, deadline)
-        finally:
-            self._reader = None
-
-    def _frames(self, done: Callable[[], bool], deadline: float | None) -> bool:
         while True:
             try:
                 if deadline is not None and not self._conn.poll(max(deadline - time.monotonic(), 0)):

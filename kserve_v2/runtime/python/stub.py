@@ -33,6 +33,7 @@ import logging
 import socket
 import sys
 import threading
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,7 @@ class Stub:
         self._free = 0  # where the output area starts: after the execution's inputs (bytes)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.latest: int | None = None  # the latest execution (a thread the model started sends BLS requests as it)
+        self._deleted: deque[tuple[int | None, int]] = deque()  # custom metric families the model deleted
         self.link = Link(sock, "python-stub")
 
     def serve(self) -> None:
@@ -99,6 +101,7 @@ class Stub:
                 if not isinstance(message, Load):
                     log.error("python model code failed in %s", type(message).__name__, exc_info=err)
                 reply = Reply(number, error=str(err) if isinstance(message, Load) else text_of(err))
+            self.forget_families()  # a family deleted in execute is gone before the response arrives
             with self._area:
                 self._executing = False
             self.link.reply(reply)
@@ -126,17 +129,36 @@ class Stub:
                 raise TypeError(f"{type(message).__name__} is not a call to the stub")
 
     def ask(self, message: StubCall) -> Any:
-        """The server's answer to ``message``.
+        """The server's answer to ``message`` (after the families the model deleted are gone there).
 
         Raises:
             TritonModelException: the server's text of the call's failure; the server went away.
         """
+        self.forget_families()
         try:
             return self.link.call(message)
         except RemoteError as err:
             raise TritonModelException(err.text) from None
         except LinkClosed:
             raise TritonModelException(GONE) from None
+
+    def family_deleted(self, execution: int | None, number: int) -> None:
+        """The model deleted custom metric family ``number``: the server's goes at the next call to it, or once
+        the running call of the server's ends (``forget_families``). Runs from ``__del__``, maybe in a garbage
+        collection while this thread holds one of the link's locks: it takes no lock and sends nothing."""
+        self._deleted.append((execution, number))
+
+    def forget_families(self) -> None:
+        """Tell the server which families the model deleted (``MetricFamilyGone``), oldest first."""
+        while self._deleted:
+            try:
+                execution, number = self._deleted.popleft()
+            except IndexError:  # another thread took the last one
+                return
+            try:
+                self.link.call(MetricFamilyGone(execution, number))
+            except (RemoteError, LinkClosed):
+                pass  # the server went away, or forgot the family with its model version
 
     def host(self, execution: int | None) -> StubHost:
         """What model code running as ``execution`` (None: outside ``execute``) asks the server through."""
@@ -300,9 +322,9 @@ class StubHost(ModelHost):
         """
         return self._stub.ask(message)
 
-    def reading_here(self) -> bool:
-        """Whether this thread reads the stub's link now (``Link.reading_here``)."""
-        return self._stub.link.reading_here()
+    def family_deleted(self, number: int) -> None:
+        """Custom metric family ``number`` was deleted (``Stub.family_deleted``)."""
+        self._stub.family_deleted(self.execution, number)
 
 
 def _inline_response(data: ResponseData) -> InferenceResponse:
@@ -373,17 +395,8 @@ class _Family:
 
     def __del__(self) -> None:
         """The model deleted it: the server's goes too, and its metrics refuse their operations (Triton's
-        stub clears them). Not while this thread reads the link (the reply would never be read)."""
-        if self._host.reading_here():
-            threading.Thread(target=self._gone, daemon=True).start()
-        else:
-            self._gone()
-
-    def _gone(self) -> None:
-        try:
-            self._host.ask(MetricFamilyGone(self._host.execution, self._number))
-        except TritonModelException:
-            pass  # the server went away
+        stub clears them), before the server's next call ends or the model's next call reaches it."""
+        self._host.family_deleted(self._number)
 
 
 def main(argv: list[str]) -> int:
