@@ -4,8 +4,13 @@ readiness probes routes: round robin over the replicas whose ``GET /v2/health/re
 Two frontends on loopback: REST over HTTP/1.1 and gRPC over HTTP/2 cleartext (h2c, ``proto h2`` on the bind
 and on the servers). Each replica is health-checked on its HTTP port every ``INTER`` (one failure takes it out,
 two successes put it back). An admin socket (``HAProxy.set_state``) takes a replica out of both backends and puts it
-back, as the endpoints controller removes a terminating pod from a Service's endpoints during its preStop. No ``option redispatch`` and ``retries 0``: a Service does not retry a request on
-another endpoint, so neither does this balancer, and what a fault costs is measured as a client would see it.
+back, as the endpoints controller removes a terminating pod from a Service's endpoints during its preStop.
+
+A request whose connection to a replica cannot be made (refused: the replica is gone) is sent to another replica
+(``retries 2``, ``option redispatch 1``, ``retry-on conn-failure``), as the proxies in front of a KServe
+InferenceService do by default (Istio's retry policy: ``connect-failure``; nginx: ``proxy_next_upstream error``).
+Such a request never reached a server, so the retry cannot run it twice. Nothing else is retried: a request that
+reached a replica and lost its answer fails, as a client would see it.
 """
 
 from __future__ import annotations
@@ -41,7 +46,9 @@ def haproxy_config(rest_port: int, grpc_port: int, replicas: list[Backend], sock
 
 defaults
     mode http
-    retries 0
+    retries 2
+    option redispatch 1
+    retry-on conn-failure
     timeout connect 2s
     timeout client 120s
     timeout server 120s

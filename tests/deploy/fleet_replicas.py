@@ -23,11 +23,17 @@ PORT_FLAGS = ("--http-port", "--grpc-port", "--metrics-port", "--model-repositor
 
 def replica_args(repository: str, poll_secs: float) -> list[str]:
     """The ClusterServingRuntime's args (deploy/kserve/cluster-serving-runtime.yaml) with ``repository`` as the
-    model repository, in poll mode every ``poll_secs`` seconds; the ports come from the image's port variables."""
+    model repository, in poll mode every ``poll_secs`` seconds, without strict readiness; the ports come from the
+    image's port variables.
+
+    A poll-mode fleet runs with ``--strict-readiness=false`` (docs/deploy.md, "Fleet drill"): under Triton's strict
+    readiness a broken version uploaded to the bucket makes every replica unready at once (the failed version
+    counts, as in Triton's ``InferenceServer::IsReady``), so a balancer that follows readiness has none left,
+    while each replica still serves the last good version."""
     container, _ = runtime_container()
-    kept = [str(a) for a in container["args"] if not str(a).startswith(PORT_FLAGS)]
+    kept = [str(a) for a in container["args"] if not str(a).startswith((*PORT_FLAGS, "--strict-readiness"))]
     return [*kept, f"--model-repository={repository}", "--model-control-mode=poll",
-            f"--repository-poll-secs={poll_secs:g}"]
+            f"--repository-poll-secs={poll_secs:g}", "--strict-readiness=false"]
 
 
 class Replica:

@@ -1,6 +1,6 @@
 """`make fleet-drill` (tests/deploy/fleet_drill.py) without containers: the HAProxy configuration it generates is
 valid for the haproxy on this host (``haproxy -c``), routes REST over HTTP/1.1 and gRPC over h2c with readiness
-checks on each replica's HTTP port and no retry, and the replicas get the KServe runtime's args in poll mode. The
+checks on each replica's HTTP port, retrying only a connection that failed, and the replicas get the KServe runtime's args in poll mode. The
 drills themselves are `make fleet-drill`.
 """
 
@@ -32,14 +32,15 @@ def test_balancer_routes_as_a_service_with_readiness_probes(tmp_path: Path) -> N
     text = fleet_balancer.haproxy_config(18000, 18001, backends, tmp_path / "haproxy.sock")
     assert "bind 127.0.0.1:18001 proto h2" in text and text.count("option httpchk GET /v2/health/ready") == 2
     assert "server r2 127.0.0.1:18182 proto h2 check-proto h1 check port 18082" in text
-    assert "retries 0" in text and "redispatch" not in text
+    assert "retries 2" in text and "option redispatch 1" in text and "retry-on conn-failure" in text
 
 
 def test_replicas_poll_the_bucket_with_the_runtime_args() -> None:
     args = fleet_replicas.replica_args("s3://127.0.0.1:9000/models/fleet", 2)
-    assert args[0] == "serve" and "--strict-readiness=true" in args and "--log-format=json" in args
-    assert args[-3:] == ["--model-repository=s3://127.0.0.1:9000/models/fleet", "--model-control-mode=poll",
-                         "--repository-poll-secs=2"]
+    assert args[0] == "serve" and "--log-format=json" in args and "--exit-timeout-secs=15" in args
+    assert args[-4:] == ["--model-repository=s3://127.0.0.1:9000/models/fleet", "--model-control-mode=poll",
+                         "--repository-poll-secs=2", "--strict-readiness=false"]
+    assert [a for a in args if a.startswith("--strict-readiness")] == ["--strict-readiness=false"]
     assert not any(a.startswith(("--http-port", "--grpc-port", "--metrics-port", "--model-repository=/")) for a in args)
 
 
