@@ -101,6 +101,13 @@ bench: venv openvino
 image-check: venv
 	$(BIN)/python tests/deploy/image_check.py $(IMAGE_CHECK_ARGS)
 
+# deploy/k8s's cpu overlay (and its http-probes component) and the KServe runtime's container in a Pod, run by
+# `podman kube play`: a table of what podman applied, ran, ignored or refused, with the evidence
+# (tests/deploy/kube_play.py; docs/deploy.md). Needs root and podman (deploy/docker/podman_host.sh). About 1 minute.
+.PHONY: kube-play
+kube-play: venv
+	$(BIN)/python tests/deploy/kube_play.py $(KUBE_PLAY_ARGS)
+
 # Three replicas of the runtime image (as KServe runs it, poll mode on one s3:// repository served by moto)
 # behind HAProxy, under a steady tritonclient load: rolling restarts, model updates, a broken version, a
 # bucket outage, a SIGKILLed replica and python stub, a soak (tests/deploy/fleet_drill.py; docs/deploy.md,
