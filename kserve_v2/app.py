@@ -289,7 +289,7 @@ class App:
         gc.collect()
         gc.freeze()
         await self.manager.load_startup_models(names, self.settings.model_load_thread_count)
-        if names and self.settings.exit_on_error and not self.manager.startup_models_ready():
+        if names and self.settings.exit_on_error and not self.manager.models_ready():
             # Triton's text ("error: creating server: Internal - failed to load all models"); each model's
             # reason was logged as it failed
             log.error("failed to load all models; exiting (--exit-on-error=false keeps the server up, not ready)")

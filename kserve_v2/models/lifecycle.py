@@ -107,8 +107,8 @@ class ModelLifecycle(Protocol):
     step_streamer: StepStreamer | None
     """The stream call decoupled ensemble steps go through (the service sets it)."""
 
-    def startup_models_ready(self) -> bool:
-        """Whether every model loaded at start is READY (strict readiness)."""
+    def models_ready(self) -> bool:
+        """Whether every model loaded at start or asked for since is READY (strict readiness, as Triton)."""
         ...
 
     def knows(self, name: str) -> bool:

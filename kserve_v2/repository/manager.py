@@ -74,7 +74,7 @@ class ModelManager(ModelRecords):
 
     async def load_startup_models(self, names: list[str], at_once: int = 1) -> None:
         """Load the models of the startup set, ``at_once`` at a time (Triton's
-        ``--model-load-thread-count``); readiness waits for exactly these."""
+        ``--model-load-thread-count``); readiness waits for them (``models_ready``)."""
         self._startup.update(names)
         slots = asyncio.Semaphore(at_once)
 
@@ -332,6 +332,7 @@ class ModelManager(ModelRecords):
                 await self._close(model)
             for status in record.versions.values():
                 status.state, status.reason, status.model = State.UNAVAILABLE, UNLOADED, None
+            record.error = ""  # a failed load no longer holds readiness back (Triton keeps it until a load)
             self._on_change()
             log.info("unloaded model '%s' in %.1f ms (RSS %+.1f MiB)", name,
                      (time.perf_counter() - started) * 1000, (_rss_bytes() - rss_before) / 2**20)

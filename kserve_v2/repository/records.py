@@ -76,7 +76,7 @@ class ModelRecords:
         self._repositories = list(unique.values())
         self._ready_when_empty = ready_when_empty
         self._records: dict[str, ModelRecord] = {}
-        self._startup: set[str] = set()  # the models loaded at start, which readiness waits for
+        self._startup: set[str] = set()  # the models loaded at start: readiness waits for them, records or not
         # model folder -> (config.pbtxt's stat, its configuration as read): stored_config(s) read a file only when it changed
         self._stored: dict[Path, tuple[tuple[int, int, int] | None, mc.ModelConfig | None]] = {}
 
@@ -89,13 +89,16 @@ class ModelRecords:
         """Every model folder name in the repositories."""
         return sorted(layout.model_dirs(self._repositories))
 
-    def startup_models_ready(self) -> bool:
-        """True when every model loaded at start is READY (models loaded on demand later do not count):
-        each of its versions READY, or UNAVAILABLE because it was unloaded (a version a new one
-        replaced), as Triton's strict readiness counts them (``InferenceServer::IsReady``)."""
-        if not self._startup:
+    def models_ready(self) -> bool:
+        """Strict readiness, as Triton's ``InferenceServer::IsReady`` counts models: True when every model
+        loaded at start and every model a load was asked for since (in explicit or poll mode) has each of
+        its versions READY, or UNAVAILABLE because it was unloaded (on purpose, or a version a new one
+        replaced). A model that is loading, or whose last load failed (its versions UNAVAILABLE with the
+        error), makes it False until it loads or is unloaded. With no such model: ``ready_when_empty``."""
+        names = self._startup | self._records.keys()
+        if not names:
             return self._ready_when_empty
-        for name in self._startup:
+        for name in names:
             record = self._records.get(name)
             if record is None or record.error or not record.versions:
                 return False

@@ -128,7 +128,7 @@ class InferenceService:
         state = self._state
         if not state.started or state.draining or state.failure:
             return False
-        return self._manager.startup_models_ready() or not state.strict_readiness
+        return self._manager.models_ready() or not state.strict_readiness
 
     @property
     def traces(self) -> bool:

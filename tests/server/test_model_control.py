@@ -54,7 +54,7 @@ def explicit(repository: Path, tmp_path: Path):
 
 def test_explicit_index_load_unload(explicit) -> None:
     server, client = explicit
-    assert client.is_server_ready()  # readiness: only --load-model models count
+    assert client.is_server_ready()  # readiness: the models asked for (--load-model), none other yet
     index = {m.name: m for m in client.get_model_repository_index().models}
     assert set(index) == {"scale", "other", "broken"}
     assert index["scale"].state == "" and index["scale"].version == ""  # never loaded: name only
@@ -99,7 +99,11 @@ def test_load_errors(explicit) -> None:
         # KServe's proto puts the model name in field 1
         stub.RepositoryModelLoad(service_pb2.RepositoryModelLoadRequest(repository_name="scale"))
     assert client.is_model_ready("scale") and client.is_server_live()
-    assert client.is_server_ready()  # failed loads on demand do not count for readiness
+    # Triton's strict readiness counts every model a load reached: 'broken' failed, so not ready (a name with no
+    # folder, or an override that does not parse, never reached one); an unload of 'broken' ends that
+    assert not client.is_server_ready()
+    client.unload_model("broken")
+    assert client.is_server_ready()
 
 
 def test_config_override_and_failed_reload_keeps_serving(explicit) -> None:

@@ -206,14 +206,14 @@ def test_an_unload_ends_every_version_and_unknown_names_unload_quietly(tmp_path:
 
     async def check(manager: ModelManager, changes: list[int]) -> None:
         await manager.load_startup_models(["ident", "other"])
-        assert manager.startup_models_ready()
+        assert manager.models_ready()
         models = manager.ready_versions("ident")
         closed = _watch_closes(models)
         await manager.unload("ident")
         assert sorted(m.version for m in closed) == [1, 2] and manager.ready_versions("ident") == []
         assert [(e.state, e.reason) for e in manager.index(ready_only=False) if e.name == "ident"] == [
             ("UNAVAILABLE", "unloaded"), ("UNAVAILABLE", "unloaded")]
-        assert manager.startup_models_ready()  # unloaded on purpose: readiness no longer waits for it
+        assert manager.models_ready()  # unloaded on purpose: readiness no longer waits for it
         await manager.unload("never_loaded")
         assert not manager.knows("never_loaded") and manager._locks == {}
         manager.forget("ident")
@@ -226,10 +226,29 @@ def test_the_startup_set_is_ready_only_when_each_of_its_models_is(tmp_path: Path
     repository = _repository(tmp_path)
 
     async def check(manager: ModelManager, changes: list[int]) -> None:
-        assert not manager.startup_models_ready()  # poll mode: nothing asked for is not ready
+        assert not manager.models_ready()  # poll mode: nothing asked for is not ready
         await manager.load_startup_models(["other", "broken"], at_once=2)  # a failure is logged, not raised
         assert manager.is_ready("other", "") and not manager.is_ready("broken", "")
-        assert not manager.startup_models_ready()
+        assert not manager.models_ready()
+        await manager.unload("broken")  # unloaded on purpose: its failure no longer counts
+        assert manager.models_ready()
+
+    _run(check, repository)
+
+
+def test_a_model_loaded_on_demand_counts_for_readiness_as_triton_counts_it(tmp_path: Path) -> None:
+    repository = _repository(tmp_path)
+
+    async def check(manager: ModelManager, changes: list[int]) -> None:
+        await manager.load_startup_models(["other"])
+        assert manager.models_ready()
+        with pytest.raises(InvalidInput):
+            await manager.load("broken")  # on demand, after the start: Triton's IsReady counts it all the same
+        assert not manager.models_ready()
+        await manager.load("ident")
+        assert not manager.models_ready()  # still 'broken'
+        await manager.unload("broken")
+        assert manager.models_ready()
 
     _run(check, repository)
 

@@ -48,7 +48,7 @@ class Lifecycle:
     def serving(self, name: str) -> ModelVersion:
         return self.versions[name][-1]
 
-    def startup_models_ready(self) -> bool:
+    def models_ready(self) -> bool:
         return True
 
     def knows(self, name: str) -> bool:
