@@ -6,11 +6,13 @@ and on the servers). Each replica is health-checked on its HTTP port every ``INT
 two successes put it back). An admin socket (``HAProxy.set_state``) takes a replica out of both backends and puts it
 back, as the endpoints controller removes a terminating pod from a Service's endpoints during its preStop.
 
-A request whose connection to a replica cannot be made (refused: the replica is gone) is sent to another replica
-(``retries 2``, ``option redispatch 1``, ``retry-on conn-failure``), as the proxies in front of a KServe
-InferenceService do by default (Istio's retry policy: ``connect-failure``; nginx: ``proxy_next_upstream error``).
-Such a request never reached a server, so the retry cannot run it twice. Nothing else is retried: a request that
-reached a replica and lost its answer fails, as a client would see it.
+A request that could not reach a live replica is sent to another one (``retries 2``, ``option redispatch 1``,
+``retry-on conn-failure empty-response``), as the proxies in front of a KServe InferenceService do by default
+(Istio's retry policy: ``connect-failure``; nginx's ``proxy_next_upstream error``, which covers an error "while
+establishing a connection with the server, passing a request to it, or reading the response header"): its
+connection was refused (the replica is gone), or the kept-alive connection it went out on was closed with no answer
+(the replica died, and HAProxy had not yet seen that connection close). An inference request has no side effect
+to repeat, but a request in flight on a replica that dies is retried too: the drill counts those as allowed to fail.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ defaults
     mode http
     retries 2
     option redispatch 1
-    retry-on conn-failure
+    retry-on conn-failure empty-response
     timeout connect 2s
     timeout client 120s
     timeout server 120s

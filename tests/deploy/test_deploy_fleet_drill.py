@@ -1,6 +1,6 @@
 """`make fleet-drill` (tests/deploy/fleet_drill.py) without containers: the HAProxy configuration it generates is
 valid for the haproxy on this host (``haproxy -c``), routes REST over HTTP/1.1 and gRPC over h2c with readiness
-checks on each replica's HTTP port, retrying only a connection that failed, and the replicas get the KServe runtime's args in poll mode. The
+checks on each replica's HTTP port, retrying only a request no live replica got, and the replicas get the KServe runtime's args in poll mode. The
 drills themselves are `make fleet-drill`.
 """
 
@@ -32,7 +32,7 @@ def test_balancer_routes_as_a_service_with_readiness_probes(tmp_path: Path) -> N
     text = fleet_balancer.haproxy_config(18000, 18001, backends, tmp_path / "haproxy.sock")
     assert "bind 127.0.0.1:18001 proto h2" in text and text.count("option httpchk GET /v2/health/ready") == 2
     assert "server r2 127.0.0.1:18182 proto h2 check-proto h1 check port 18082" in text
-    assert "retries 2" in text and "option redispatch 1" in text and "retry-on conn-failure" in text
+    assert "retries 2" in text and "option redispatch 1" in text and "retry-on conn-failure empty-response" in text
 
 
 def test_replicas_poll_the_bucket_with_the_runtime_args() -> None:
