@@ -59,7 +59,7 @@ from fleet_balancer import Backend, HAProxy  # noqa: E402
 from fleet_load import Load, Summary, one_line, summarize  # noqa: E402
 from fleet_replicas import Replica, replica_args  # noqa: E402
 from helpers import EXAMPLES  # noqa: E402
-from image_check import DOCKER, CheckFailed, build, build_context, dangling, free_port, podman  # noqa: E402
+from image_check import DOCKER, CheckFailed, build_runtime, free_port, podman  # noqa: E402
 from s3_store import MotoS3  # noqa: E402
 
 TAG = "localhost/kserve-v2-fleet:runtime"
@@ -409,13 +409,7 @@ def main() -> int:
         try:
             image = options.image
             if image is None:
-                base = subprocess.run([str(DOCKER / "local_base.sh"), options.base], capture_output=True, text=True)
-                if base.returncode != 0:
-                    raise CheckFailed(f"local_base.sh exited {base.returncode}:\n{base.stderr[-4000:]}")
-                before = dangling()
-                stack.callback(lambda: podman("rmi", "--force", *(dangling() - before), check_rc=False))
-                stack.callback(podman, "rmi", "--force", TAG, check_rc=False)
-                built = build(build_context(work / "context"), base.stdout.strip(), TAG, "runtime")
+                built = build_runtime(stack, work, options.base, TAG)
                 image = built.name
                 print(f"fleet-drill: built {image} in {built.seconds:.0f} s", flush=True)
             store = stack.enter_context(MotoS3(work / "moto.log"))

@@ -44,7 +44,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,6 +135,28 @@ def build(context: Path, base: str, name: str, target: str, *build_args: str) ->
     seconds = time.monotonic() - start
     size, layers = podman("image", "inspect", "--format", "{{.Size}} {{len .RootFS.Layers}}", name).stdout.split()
     return Built(name, seconds, int(size), int(layers))
+
+
+def local_base(base: str) -> str:
+    """The local Debian base image ``base``, made by deploy/docker/local_base.sh when missing; its name.
+
+    Raises:
+        CheckFailed: the script failed (its stderr's tail).
+    """
+    made = subprocess.run([str(DOCKER / "local_base.sh"), base], capture_output=True, text=True)
+    if made.returncode != 0:
+        raise CheckFailed(f"local_base.sh exited {made.returncode}:\n{made.stderr[-4000:]}")
+    return made.stdout.strip()
+
+
+def build_runtime(stack: ExitStack, work: Path, base: str, name: str) -> Built:
+    """The Dockerfile's ``runtime`` target built as ``name`` on the local base ``base`` (``local_base``), from a
+    build context under ``work``; ``stack`` removes the image and the dangling images the build left at its close."""
+    base_image = local_base(base)
+    before = dangling()
+    stack.callback(lambda: podman("rmi", "--force", *(dangling() - before), check_rc=False))
+    stack.callback(podman, "rmi", "--force", name, check_rc=False)
+    return build(build_context(work / "context"), base_image, name, "runtime")
 
 
 def k8s_cpus(quantity: str) -> str:
@@ -507,17 +529,15 @@ def main() -> int:
     built: list[Built] = []
     try:
         base_start = time.monotonic()
-        base = subprocess.run([str(DOCKER / "local_base.sh"), options.base], capture_output=True, text=True)
-        if base.returncode != 0:
-            raise CheckFailed(f"local_base.sh exited {base.returncode}:\n{base.stderr[-4000:]}")
-        report(f"base {base.stdout.strip()} ready in {time.monotonic() - base_start:.0f} s")
+        base = local_base(options.base)
+        report(f"base {base} ready in {time.monotonic() - base_start:.0f} s")
         with tempfile.TemporaryDirectory(prefix="kserve-v2-image-check.") as work:
             context = build_context(Path(work) / "context")
             targets: list[tuple[str, str, tuple[str, ...]]] = [("cpu", "runtime", ()), ("cpu-examples", "examples", ())]
             if options.openvino:
                 targets.append(("openvino", "runtime", ("ONNXRUNTIME=onnxruntime-openvino",)))
             for tag, target, build_args in targets:
-                built.append(build(context, base.stdout.strip(), f"{TAG}:{tag}", target, *build_args))
+                built.append(build(context, base, f"{TAG}:{tag}", target, *build_args))
                 image = built[-1]
                 report(f"built {image.name} (target {target}) in {image.seconds:.0f} s: {image.size / 2**20:.0f} MiB, "
                        f"{image.layers} layers")

@@ -56,12 +56,10 @@ from image_check import (  # noqa: E402
     DOCKER,
     CheckFailed,
     Container,
-    build,
-    build_context,
+    build_runtime,
     check,
     check_metrics,
     check_pod_identity,
-    dangling,
     free_port,
     health,
     infer_simple,
@@ -487,12 +485,7 @@ def main() -> int:
         try:
             image = options.image
             if image is None:
-                base = subprocess.run([str(DOCKER / "local_base.sh"), options.base], capture_output=True, text=True)
-                check(base.returncode == 0, f"local_base.sh exited {base.returncode}:\n{base.stderr[-4000:]}")
-                before = dangling()
-                stack.callback(lambda: podman("rmi", "--force", *(dangling() - before), check_rc=False))
-                stack.callback(podman, "rmi", "--force", TAG, check_rc=False)
-                built = build(build_context(work / "context"), base.stdout.strip(), TAG, "runtime")
+                built = build_runtime(stack, work, options.base, TAG)
                 image = built.name
                 print(f"kube-play: built {image} in {built.seconds:.0f} s", flush=True)
             signal.alarm(int(options.time_limit))
