@@ -13,7 +13,10 @@ scattered, ``kserve_v2.scheduling.ragged``; as the backend's ``BatchStrategy`` s
 batch fails each member with the error; the batcher keeps running. A request the batcher would
 dispatch alone at once (an instance free, nothing queued, no queue delay) whose execution is
 measured to be tiny runs on the event loop here and now, unmerged (``base.run_inline``, the fast
-path ``DirectScheduler`` takes too). A cancelled request leaves the queue at once, and a running
+path ``DirectScheduler`` takes too); any other such request (without ``preserve_ordering``) is
+dispatched as a batch of one from the caller's own task, sparing the queue and the wake-ups of the
+batcher's task: the batcher's task waits for queued requests first and only then for an instance,
+so an idle batcher holds no instance. A cancelled request leaves the queue at once, and a running
 batch whose members are all gone is cancelled, which stops the model's execution
 (``kserve_v2.backend.cancellation``).
 
@@ -121,6 +124,8 @@ class DynamicBatcher:
             return outcome
         if self._items is not None:
             batch_size = self._items(feeds, batch_size)
+        if self.forms_batch_of_one() and not self._preserve and not self._slots.locked():
+            return await self._dispatch_now(feeds, output_names, parameters, context, submitted)
         loop, queue = asyncio.get_running_loop(), self._queue
         request = DynamicRequest(feeds, output_names, parameters, self._key(feeds, output_names, parameters),
                                  queue.clock(), loop.create_future(), context, batch_size)
@@ -141,6 +146,21 @@ class DynamicBatcher:
             await request.released
         return outcome
 
+    async def _dispatch_now(self, feeds: Feeds, output_names: Sequence[str], parameters: Mapping[str, Parameter],
+                            context: RequestContext, submitted_ns: int) -> Outcome:
+        """A batch of one dispatched in the caller's task: an instance is free and nothing is queued,
+        so the batcher would dispatch it alone at once; this spares the queue and the batcher's task
+        wake-ups. Cancelling the caller stops the execution, as for a batch whose members are all gone."""
+        await self._slots.acquire()  # free (``locked`` was false): returns without waiting
+        try:
+            shares, started, finished = await self._execute([feeds], output_names, parameters, [context])
+        finally:
+            self._slots.release()
+        (share,) = shares
+        if isinstance(share, Exception):
+            raise share
+        return share, started - submitted_ns, model_time(share, started, finished)
+
     def forms_batch_of_one(self) -> bool:
         """Whether a request arriving now would be dispatched alone at once, given a free instance
         (which ``InstancePool.runs_inline`` checks): the queue is empty and there is no queue delay
@@ -160,6 +180,7 @@ class DynamicBatcher:
 
     async def _loop(self) -> None:
         while True:
+            await self._requests_queued()  # then an instance: an idle batcher holds none (``_dispatch_now``)
             await self._slots.acquire()
             try:
                 batch = await self._next_batch()
@@ -187,6 +208,15 @@ class DynamicBatcher:
             released = dispatched.popleft().released
             if released is not None and not released.done():
                 released.set_result(None)
+
+    async def _requests_queued(self) -> None:
+        queue = self._queue
+        while True:
+            queue.apply_policies()
+            if queue:
+                return
+            self._arrived.clear()
+            await self._arrived.wait()
 
     async def _next_batch(self) -> list[DynamicRequest]:
         queue = self._queue

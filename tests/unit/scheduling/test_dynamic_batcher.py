@@ -103,12 +103,15 @@ def rows(n: int, width: int = 2, dtype: str = "<f4") -> Feeds:
 
 
 def batch_sizes(config_text: str, sizes: Sequence[int], max_batch: int = 8) -> list[list[int]]:
-    """Queue requests of ``sizes`` rows at once and record the batches the batcher forms."""
+    """Submit requests of ``sizes`` rows at once and record the batches the batcher forms. Each
+    execution yields to the loop first, as one on an instance thread does: without a queue delay the
+    first request finds the instance free and runs alone at once, and the others queue behind it."""
     formed: list[list[int]] = []
 
     async def execute(members: list[Feeds], names: Sequence[str], parameters: Mapping[str, Parameter],
                       contexts: Sequence[object]) -> tuple[list[Execution | Exception], int, int]:
         formed.append([len(m["INPUT0"]) for m in members])
+        await asyncio.sleep(0)
         merged = merge_rows(members)["INPUT0"]
         return list(split_rows(Execution([merged]), [len(m["INPUT0"]) for m in members])), 0, 0
 
@@ -123,8 +126,9 @@ def batch_sizes(config_text: str, sizes: Sequence[int], max_batch: int = 8) -> l
 
 
 def test_batches_fill_up_to_the_limit() -> None:
-    # the head run of the queue whose sizes fit in max_batch_size 8; the rest forms the next batch
-    assert batch_sizes("", [3, 3, 3, 1]) == [[3, 3], [3, 1]]
+    # the first runs alone on the free instance; then the head run of the queue whose sizes fit in
+    # max_batch_size 8, and the rest forms the next batch
+    assert batch_sizes("", [1, 3, 3, 3, 1]) == [[1], [3, 3], [3, 1]]
 
 
 def test_preferred_batch_size_cuts_the_batch() -> None:
@@ -203,7 +207,7 @@ def test_reject_fails_a_request_past_its_timeout_with_triton_text() -> None:
         model, clock, arrivals = Model(), FakeClock(), Arrivals()
         b = batcher("default_queue_policy { default_timeout_microseconds: 1000 }", model, clock=clock, arrivals=arrivals)
         calls = await queue_behind_a_running_batch(b, model, [(1, {})])
-        await arrivals.reach(2)
+        await arrivals.reach(1)  # tag 0 went to the free instance without queueing
         clock.advance(1001)
         with pytest.raises(Unavailable, match="^Request timeout expired$"):
             await calls[1]  # rejected while the instance is still busy
@@ -221,7 +225,7 @@ def test_a_request_timeout_only_shortens_and_only_when_overrides_are_allowed() -
         b = batcher("default_queue_policy { default_timeout_microseconds: 5000000 "
                     f"allow_timeout_override: {str(override).lower()} }}", model, clock=clock, arrivals=arrivals)
         calls = await queue_behind_a_running_batch(b, model, [(1, {"timeout": 20000}), (2, {"timeout": 60_000_000})])
-        await arrivals.reach(3)
+        await arrivals.reach(2)
         clock.advance(300_000)
         model.release.set()
         results = await asyncio.gather(*calls, return_exceptions=True)
@@ -239,7 +243,7 @@ def test_delay_runs_an_expired_request_after_the_unexpired_ones_of_its_level() -
                     "default_timeout_microseconds: 5000000 allow_timeout_override: true }", model, clock=clock,
                     arrivals=arrivals)
         calls = await queue_behind_a_running_batch(b, model, [(1, {"timeout": 20000}), (2, {}), (3, {"priority": 2})])
-        await arrivals.reach(4)
+        await arrivals.reach(3)
         clock.advance(200_000)  # request 1's timeout passes while it waits
         model.release.set()
         await asyncio.gather(*calls)
@@ -321,6 +325,29 @@ def test_preserve_ordering_skips_the_fast_path_while_answers_are_held() -> None:
         return finished, runs + [pool.inline_runs]
 
     assert asyncio.run(asyncio.wait_for(main(), 10)) == ([1, 2, 3], [0, 1])
+
+
+def test_a_lone_request_on_a_free_instance_runs_in_its_own_task_and_its_cancellation_frees_the_instance() -> None:
+    async def main() -> None:
+        model, arrivals = Model(held=[1]), Arrivals()
+        b = batcher("", model, arrivals=arrivals)
+        model.release.set()
+        assert (await b.submit(tagged(0), ["OUTPUT0"], {}, 1))[0].outputs[0][0, 0] == 0
+        # dispatched at once in the caller's task: it never reached the queue or started the batcher's task
+        assert arrivals.count == 0 and b._loop_task is None
+        held = asyncio.ensure_future(b.submit(tagged(1), ["OUTPUT0"], {}, 1))
+        await model.started[1].wait()
+        waiting = asyncio.ensure_future(b.submit(tagged(2), ["OUTPUT0"], {}, 1))
+        await arrivals.reach(1)  # the instance is busy: this one queues
+        held.cancel()  # the caller goes away: its execution is stopped and the instance is free again
+        with pytest.raises(asyncio.CancelledError):
+            await held
+        assert not model.ended[1].is_set()
+        await waiting
+        assert model.batches == [[0], [1], [2]]
+        b.stop()
+
+    run(main())
 
 
 def test_a_bad_priority_or_timeout_parameter_is_refused() -> None:
