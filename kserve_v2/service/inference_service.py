@@ -128,7 +128,7 @@ class InferenceService:
         state = self._state
         if not state.started or state.draining or state.failure:
             return False
-        return self._manager.models_ready() or not state.strict_readiness
+        return not state.strict_readiness or self._manager.models_ready()  # the models are read only when they count
 
     @property
     def traces(self) -> bool:
