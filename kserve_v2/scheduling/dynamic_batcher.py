@@ -210,6 +210,7 @@ class DynamicBatcher:
                 released.set_result(None)
 
     async def _requests_queued(self) -> None:
+        """Return once the queue holds a request, its timeouts applied (REJECT and DELAY)."""
         queue = self._queue
         while True:
             queue.apply_policies()
@@ -221,11 +222,7 @@ class DynamicBatcher:
     async def _next_batch(self) -> list[DynamicRequest]:
         queue = self._queue
         while True:
-            queue.apply_policies()
-            if not queue:
-                self._arrived.clear()
-                await self._arrived.wait()
-                continue
+            await self._requests_queued()  # again: the queue may have emptied while an instance was awaited
             best, can_grow = self._pending_batch()
             now = queue.clock()
             waited = now - queue.oldest_enqueued_ns
